@@ -1,0 +1,131 @@
+package bucket
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// The anchors: golang.org/x/time/rate's Limiter for a single bucket, and a
+// mutex-guarded map of Limiters (what services hand-write) for keyed lookups.
+// Both sides get the same injected times and the same keys.
+
+func BenchmarkDecision(b *testing.B) {
+	b.Run("impl=sluice", func(b *testing.B) {
+		lim := MustLimit(1e9, time.Second, 1000)
+		var bk Bucket
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(time.Nanosecond)
+			bk.Take(lim, 1, now)
+		}
+	})
+	b.Run("impl=sluice-mutex", func(b *testing.B) {
+		lim := MustLimit(1e9, time.Second, 1000)
+		var mu sync.Mutex
+		var bk Bucket
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(time.Nanosecond)
+			mu.Lock()
+			bk.Take(lim, 1, now)
+			mu.Unlock()
+		}
+	})
+	b.Run("impl=x-time-rate", func(b *testing.B) {
+		l := rate.NewLimiter(1e9, 1000)
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			now = now.Add(time.Nanosecond)
+			l.AllowN(now, 1)
+		}
+	})
+}
+
+// rateMap is the hand-written alternative: one mutex over a map of Limiters.
+type rateMap struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func (r *rateMap) allow(key []byte, now time.Time) bool {
+	r.mu.Lock()
+	l := r.m[string(key)]
+	if l == nil {
+		l = rate.NewLimiter(1000, 1000)
+		r.m[string(key)] = l
+	}
+	r.mu.Unlock()
+	return l.AllowN(now, 1)
+}
+
+func makeKeys(n int) [][]byte {
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "user-%010d", i)
+	}
+	return keys
+}
+
+// next is a xorshift step: cheap per-goroutine key choice without locks.
+func next(x uint64) uint64 {
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	return x
+}
+
+func BenchmarkStore(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		keys := makeKeys(n)
+		lim := MustLimit(1000, time.Second, 1000)
+		store := NewStore(StoreConfig{MaxKeys: 2 * n})
+		rm := &rateMap{m: make(map[string]*rate.Limiter, n)}
+		for _, k := range keys {
+			store.Take(1, k, lim, 1, t0)
+			rm.allow(k, t0)
+		}
+		impls := []struct {
+			name string
+			op   func(key []byte, now time.Time)
+		}{
+			{"sluice", func(key []byte, now time.Time) { store.Take(1, key, lim, 1, now) }},
+			{"x-time-rate-map", func(key []byte, now time.Time) { rm.allow(key, now) }},
+		}
+		for _, impl := range impls {
+			b.Run(fmt.Sprintf("keys=%d/impl=%s/mode=serial", n, impl.name), func(b *testing.B) {
+				x := uint64(88172645463325252)
+				now := t0
+				b.ReportAllocs()
+				for b.Loop() {
+					x = next(x)
+					now = now.Add(time.Nanosecond)
+					impl.op(keys[x%uint64(n)], now)
+				}
+			})
+			b.Run(fmt.Sprintf("keys=%d/impl=%s/mode=parallel", n, impl.name), func(b *testing.B) {
+				b.ReportAllocs()
+				var seed sync.Mutex
+				s := uint64(1)
+				b.RunParallel(func(pb *testing.PB) {
+					seed.Lock()
+					s++
+					x := s * 0x9E3779B97F4A7C15
+					seed.Unlock()
+					now := t0
+					for pb.Next() {
+						x = next(x)
+						now = now.Add(time.Nanosecond)
+						impl.op(keys[x%uint64(n)], now)
+					}
+				})
+			})
+		}
+	}
+}

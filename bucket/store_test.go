@@ -1,0 +1,236 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestStoreRefusesBadInputAndChangesNothing(t *testing.T) {
+	s := NewStore(StoreConfig{MaxKeyLen: 8})
+	lim := MustLimit(5, time.Second, 5)
+	tests := []struct {
+		name string
+		key  string
+		cost int64
+		want error
+	}{
+		{"empty key", "", 1, ErrEmptyKey},
+		{"key too long", "123456789", 1, ErrKeyTooLong},
+		{"zero cost", "k", 0, ErrBadCost},
+		{"negative cost", "k", -3, ErrBadCost},
+		{"cost above burst", "k", 6, ErrBadCost},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := s.Take(1, []byte(tt.key), lim, tt.cost, t0); !errors.Is(err, tt.want) {
+				t.Fatalf("Take err = %v, want %v", err, tt.want)
+			}
+			if _, err := s.Check(1, []byte(tt.key), lim, tt.cost, t0); !errors.Is(err, tt.want) {
+				t.Fatalf("Check err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("store holds %d buckets after refused requests", n)
+	}
+	if err := s.Charge(1, []byte("k"), lim, MaxCost+1, t0); !errors.Is(err, ErrBadCost) {
+		t.Fatalf("Charge above MaxCost err = %v", err)
+	}
+	if err := s.Charge(1, []byte("k"), lim, 6, t0); err != nil {
+		t.Fatalf("Charge above burst (reported consumption) err = %v", err)
+	}
+}
+
+func TestStoreNamespacesAreSeparate(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	lim := MustLimit(1, time.Second, 1)
+	key := []byte("alice")
+	if r, _ := s.Take(1, key, lim, 1, t0); !r.Allowed {
+		t.Fatal("first take in namespace 1 denied")
+	}
+	if r, _ := s.Take(1, key, lim, 1, t0); r.Allowed {
+		t.Fatal("second take in namespace 1 admitted")
+	}
+	if r, _ := s.Take(2, key, lim, 1, t0); !r.Allowed {
+		t.Fatal("namespace 2 shares namespace 1's bucket")
+	}
+}
+
+func TestStoreCheckDoesNotCreateOrCharge(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	lim := MustLimit(1, time.Second, 1)
+	for range 3 {
+		if r, _ := s.Check(1, []byte("k"), lim, 1, t0); !r.Allowed {
+			t.Fatal("check on a fresh key denied")
+		}
+	}
+	if s.Len() != 0 {
+		t.Fatal("Check created a bucket")
+	}
+}
+
+func TestStoreSweepEvictsOnlyFullBuckets(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	lim := MustLimit(10, time.Second, 10) // 100ms per token
+	s.Take(1, []byte("light"), lim, 1, t0)
+	s.Take(1, []byte("heavy"), lim, 10, t0)
+	if n := s.Sweep(at(100 * time.Millisecond)); n != 1 {
+		t.Fatalf("sweep at +100ms evicted %d, want 1 (light refilled)", n)
+	}
+	if _, held := s.Balance(1, []byte("heavy"), lim, at(100*time.Millisecond)); !held {
+		t.Fatal("sweep evicted the bucket still refilling")
+	}
+	if n := s.Sweep(at(time.Second)); n != 1 || s.Len() != 0 {
+		t.Fatalf("sweep at +1s evicted %d, left %d", n, s.Len())
+	}
+	if s.Evictions() != 2 {
+		t.Fatalf("Evictions() = %d, want 2", s.Evictions())
+	}
+}
+
+func TestStoreCapBoundsMemoryAndKeepsDebtors(t *testing.T) {
+	const maxKeys = 64
+	s := NewStore(StoreConfig{MaxKeys: maxKeys, Shards: 4})
+	lim := MustLimit(1, time.Minute, 1)
+	// A debtor per shard, deep in debt.
+	debtors := map[string]bool{}
+	for i := 0; len(debtors) < 4*3; i++ {
+		k := fmt.Sprintf("debtor-%d", i)
+		debtors[k] = true
+		s.Take(1, []byte(k), lim, 1, t0)
+		s.Charge(1, []byte(k), lim, 1000, t0)
+	}
+	// A flood of unique keys, each taking one token and so slightly indebted.
+	for i := range 10_000 {
+		r, err := s.Take(1, []byte(fmt.Sprintf("flood-%d", i)), lim, 1, at(time.Duration(i)*time.Millisecond))
+		if err != nil || !r.Allowed {
+			t.Fatalf("new key %d at the cap: %+v %v; new keys must still be decided on a fresh bucket", i, r, err)
+		}
+		if n := s.Len(); n > s.Capacity() {
+			t.Fatalf("store holds %d buckets, cap %d", n, s.Capacity())
+		}
+	}
+	if s.Capacity() != maxKeys {
+		t.Fatalf("Capacity() = %d, want %d", s.Capacity(), maxKeys)
+	}
+	kept := 0
+	for k := range debtors {
+		if _, held := s.Balance(1, []byte(k), lim, at(10*time.Second)); held {
+			kept++
+		}
+	}
+	// Victims are chosen from samples, so a debtor can lose only when a sample
+	// holds nothing but debtors; with 3 debtors per 16-bucket shard that is rare.
+	if kept < len(debtors)*3/4 {
+		t.Fatalf("only %d of %d deeply indebted keys survived the flood", kept, len(debtors))
+	}
+}
+
+func TestStoreRescaleOnlyTouchesChangedLimits(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	four := MustLimit(4, time.Second, 4)
+	eight := MustLimit(8, time.Second, 8)
+	s.Charge(1, []byte("a"), four, 12, t0)
+	s.Charge(1, []byte("premium"), eight, 12, t0)
+	s.Charge(2, []byte("a"), four, 12, t0)
+	s.Rescale(1, func(key string) (Limit, Limit) {
+		if key == "premium" {
+			return eight, eight
+		}
+		return four, eight
+	}, t0)
+	for _, c := range []struct {
+		ns   Namespace
+		key  string
+		lim  Limit
+		want float64
+	}{{1, "a", eight, -16}, {1, "premium", eight, -4}, {2, "a", four, -8}} {
+		if got, _ := s.Balance(c.ns, []byte(c.key), c.lim, t0); got != c.want {
+			t.Errorf("ns %d key %s balance %v, want %v", c.ns, c.key, got, c.want)
+		}
+	}
+}
+
+func TestStoreParallelTakesAdmitExactlyBurst(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	lim := MustLimit(1, time.Hour, 1000)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				if r, _ := s.Take(1, []byte("shared"), lim, 1, t0); r.Allowed {
+					admitted.Add(1)
+				}
+				s.Take(1, []byte(fmt.Sprintf("own-%d", g)), lim, 1, t0)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 1000 {
+		t.Fatalf("admitted %d of 4000 on a burst of 1000", admitted.Load())
+	}
+}
+
+func TestStoreTakeOnExistingKeyAllocatesNothing(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	lim := MustLimit(1000, time.Second, 1000)
+	key := []byte("existing-key")
+	s.Take(1, key, lim, 1, t0)
+	now := t0
+	allocs := testing.AllocsPerRun(1000, func() {
+		now = now.Add(time.Millisecond)
+		s.Take(1, key, lim, 1, now)
+		s.Check(1, key, lim, 1, now)
+		s.Charge(1, key, lim, 1, now)
+	})
+	if allocs != 0 {
+		t.Fatalf("Take+Check+Charge on an existing key: %v allocs, want 0", allocs)
+	}
+}
+
+func TestStoreCopiesKeys(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	lim := MustLimit(1, time.Hour, 1)
+	buf := []byte("alice")
+	s.Take(1, buf, lim, 1, t0)
+	copy(buf, "bobby")
+	if _, held := s.Balance(1, []byte("alice"), lim, t0); !held {
+		t.Fatal("store lost alice's bucket when the caller reused its buffer")
+	}
+}
+
+func TestStoreMemoryPerIdleKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 100k buckets")
+	}
+	const n = 100_000
+	lim := MustLimit(1, time.Hour, 10)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := NewStore(StoreConfig{MaxKeys: 2 * n}) // per-shard caps: leave room for uneven hashing
+	key := []byte("user-0000000000")
+	for i := range n {
+		copy(key[5:], fmt.Sprintf("%010d", i))
+		s.Take(1, key, lim, 1, t0)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perKey := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per key (15-byte keys)", perKey)
+	if s.Len() != n {
+		t.Fatalf("held %d keys, want %d", s.Len(), n)
+	}
+	if perKey > 200 {
+		t.Fatalf("%.0f bytes per key, want ≤ 200", perKey)
+	}
+	runtime.KeepAlive(s)
+}
