@@ -1,0 +1,402 @@
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicelabs/sluice/bucket"
+)
+
+//go:embed default_rules.yaml
+var defaultRulesYAML []byte
+
+// DefaultRulesYAML returns the embedded default rules file's text.
+func DefaultRulesYAML() []byte { return bytes.Clone(defaultRulesYAML) }
+
+// DefaultRulesSource is the Source of the embedded default rules.
+const DefaultRulesSource = "embedded:default_rules.yaml"
+
+// DefaultRules returns the rules embedded in the binary.
+func DefaultRules() *Rules {
+	r, err := ParseRules(DefaultRulesSource, defaultRulesYAML)
+	if err != nil {
+		panic(fmt.Sprintf("embedded default rules are invalid: %v", err))
+	}
+	return r
+}
+
+// UnknownRulePolicy is what a check naming a rule that does not exist gets.
+type UnknownRulePolicy int
+
+const (
+	// UnknownRuleAllow admits checks of unknown rules (the default: fail open).
+	UnknownRuleAllow UnknownRulePolicy = iota
+	// UnknownRuleDeny refuses them with the unknown-rule status.
+	UnknownRuleDeny
+)
+
+func (p UnknownRulePolicy) String() string {
+	if p == UnknownRuleDeny {
+		return "deny"
+	}
+	return "allow"
+}
+
+// Rule is a named limit applied per key, with optional per-key overrides.
+type Rule struct {
+	Name      string
+	Limit     bucket.Limit
+	Overrides map[string]bucket.Limit
+}
+
+// LimitFor returns the limit that applies to key: its override, or the rule's.
+// It does not allocate.
+func (r *Rule) LimitFor(key []byte) bucket.Limit {
+	if len(r.Overrides) > 0 {
+		if l, ok := r.Overrides[string(key)]; ok {
+			return l
+		}
+	}
+	return r.Limit
+}
+
+// Rules is a validated rule set. It is immutable once parsed.
+type Rules struct {
+	// Source names where the rules came from: a path, or DefaultRulesSource.
+	Source string
+	// UnknownRule is the policy for checks naming no rule here.
+	UnknownRule UnknownRulePolicy
+	// ByName holds the rules by name.
+	ByName map[string]*Rule
+	// Hash identifies the rules' content (not their formatting), so nodes can
+	// tell whether they enforce the same rules.
+	Hash string
+}
+
+// Names returns the rule names in sorted order.
+func (r *Rules) Names() []string {
+	names := make([]string, 0, len(r.ByName))
+	for n := range r.ByName {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// LoadRules reads and validates the rules file at path.
+func LoadRules(path string) (*Rules, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load rules: %w", err)
+	}
+	return ParseRules(path, data)
+}
+
+// Limits on names, so a rules file cannot make the daemon hold absurd strings.
+const (
+	maxRuleNameLen = 128
+	maxRules       = 10_000
+	maxOverrides   = 100_000
+)
+
+var ruleNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+
+// ParseRules validates a rules file's contents. source names the file in
+// errors. Every problem found is reported, each as a *FieldError naming the
+// line and field; the returned error wraps them all.
+func ParseRules(source string, data []byte) (*Rules, error) {
+	p := &parser{source: source}
+	rules := p.parse(data)
+	if len(p.errs) > 0 {
+		return nil, fmt.Errorf("invalid rules: %w", errors.Join(p.errs...))
+	}
+	rules.Source = source
+	rules.Hash = hashRules(rules)
+	return rules, nil
+}
+
+// FieldError is one problem in a rules file.
+type FieldError struct {
+	File   string
+	Line   int
+	Column int
+	Field  string // dotted path, e.g. rules.api.burst
+	Msg    string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s: %s", e.File, e.Line, e.Column, e.Field, e.Msg)
+}
+
+type parser struct {
+	source string
+	errs   []error
+}
+
+func (p *parser) fail(n *yaml.Node, field, format string, args ...any) {
+	line, col := 1, 1
+	if n != nil {
+		line, col = n.Line, n.Column
+	}
+	p.errs = append(p.errs, &FieldError{File: p.source, Line: line, Column: col, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (p *parser) parse(data []byte) *Rules {
+	rules := &Rules{ByName: map[string]*Rule{}}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		// yaml.v3 reports syntax errors as "yaml: line N: msg".
+		line, msg := 1, strings.TrimPrefix(err.Error(), "yaml: ")
+		if rest, ok := strings.CutPrefix(msg, "line "); ok {
+			if n, m, ok := strings.Cut(rest, ": "); ok {
+				if l, err := strconv.Atoi(n); err == nil {
+					line, msg = l, m
+				}
+			}
+		}
+		p.errs = append(p.errs, &FieldError{File: p.source, Line: line, Column: 1, Msg: "yaml syntax: " + msg})
+		return rules
+	}
+	if len(doc.Content) == 0 {
+		p.fail(nil, "", "file is empty: expected a mapping with a rules: section")
+		return rules
+	}
+	root := doc.Content[0]
+	p.fields(root, "", func(key string, v *yaml.Node) {
+		switch key {
+		case "unknown_rule":
+			switch v.Value {
+			case "allow":
+				rules.UnknownRule = UnknownRuleAllow
+			case "deny":
+				rules.UnknownRule = UnknownRuleDeny
+			default:
+				p.fail(v, "unknown_rule", "must be allow or deny, got %q", v.Value)
+			}
+		case "rules":
+			p.entries(v, "rules", func(name string, kn, rv *yaml.Node) {
+				path := "rules." + name
+				switch {
+				case len(name) > maxRuleNameLen:
+					p.fail(kn, path, "rule name longer than %d bytes", maxRuleNameLen)
+					return
+				case !ruleNamePattern.MatchString(name):
+					p.fail(kn, path, "rule name must start with a letter or digit and use only letters, digits and . _ : -")
+					return
+				case len(rules.ByName) >= maxRules:
+					p.fail(kn, path, "more than %d rules", maxRules)
+					return
+				}
+				if r := p.rule(name, rv, path); r != nil {
+					rules.ByName[name] = r
+				}
+			})
+		default:
+			p.fail(v, key, "unknown field (known: unknown_rule, rules)")
+		}
+	})
+	return rules
+}
+
+// fields walks a mapping node, rejecting non-mappings and duplicate keys.
+func (p *parser) fields(n *yaml.Node, path string, each func(key string, v *yaml.Node)) {
+	p.entries(n, path, func(key string, _, v *yaml.Node) { each(key, v) })
+}
+
+func (p *parser) entries(n *yaml.Node, path string, each func(key string, kn, v *yaml.Node)) {
+	if n.Kind != yaml.MappingNode {
+		p.fail(n, path, "expected a mapping, got %s", kindName(n))
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		field := k.Value
+		if path != "" {
+			field = path + "." + k.Value
+		}
+		if seen[k.Value] {
+			p.fail(k, field, "defined more than once")
+			continue
+		}
+		seen[k.Value] = true
+		each(k.Value, k, v)
+	}
+}
+
+func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
+	var (
+		rateNode, burstNode, overridesNode *yaml.Node
+	)
+	before := len(p.errs)
+	p.fields(n, path, func(key string, v *yaml.Node) {
+		switch key {
+		case "rate":
+			rateNode = v
+		case "burst":
+			burstNode = v
+		case "overrides":
+			overridesNode = v
+		default:
+			p.fail(v, path+"."+key, "unknown field (known: rate, burst, overrides)")
+		}
+	})
+	if len(p.errs) > before {
+		return nil
+	}
+	if rateNode == nil {
+		p.fail(n, path+".rate", "missing: every rule needs a rate such as 100/1s")
+		return nil
+	}
+	lim, ok := p.limit(rateNode, burstNode, path)
+	if !ok {
+		return nil
+	}
+	r := &Rule{Name: name, Limit: lim}
+	if overridesNode != nil {
+		r.Overrides = map[string]bucket.Limit{}
+		p.entries(overridesNode, path+".overrides", func(key string, kn, v *yaml.Node) {
+			opath := path + ".overrides." + key
+			if key == "" {
+				p.fail(kn, opath, "override key is empty")
+				return
+			}
+			if len(r.Overrides) >= maxOverrides {
+				p.fail(kn, opath, "more than %d overrides", maxOverrides)
+				return
+			}
+			var orate, oburst *yaml.Node
+			p.fields(v, opath, func(k string, ov *yaml.Node) {
+				switch k {
+				case "rate":
+					orate = ov
+				case "burst":
+					oburst = ov
+				default:
+					p.fail(ov, opath+"."+k, "unknown field (known: rate, burst)")
+				}
+			})
+			if orate == nil {
+				orate = rateNode // an override of the burst alone keeps the rule's rate
+			}
+			if ol, ok := p.limit(orate, oburst, opath); ok {
+				r.Overrides[key] = ol
+			}
+		})
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	return r
+}
+
+func (p *parser) limit(rateNode, burstNode *yaml.Node, path string) (bucket.Limit, bool) {
+	count, period, err := ParseRate(rateNode.Value)
+	if err != nil || rateNode.Kind != yaml.ScalarNode {
+		p.fail(rateNode, path+".rate", "%v", err)
+		return bucket.Limit{}, false
+	}
+	burst := count
+	if burstNode != nil {
+		b, err := strconv.ParseInt(burstNode.Value, 10, 64)
+		if err != nil || burstNode.Kind != yaml.ScalarNode || b <= 0 {
+			p.fail(burstNode, path+".burst", "must be a positive whole number, got %q", burstNode.Value)
+			return bucket.Limit{}, false
+		}
+		burst = b
+	}
+	lim, err := bucket.NewLimit(count, period, burst)
+	if err != nil {
+		p.fail(rateNode, path, "%v", err)
+		return bucket.Limit{}, false
+	}
+	return lim, true
+}
+
+// ParseRate parses "COUNT/PERIOD": a positive whole count and a period that is
+// a Go duration ("1s", "500ms", "1h30m") or a bare unit ("s", "m", "h", "d" or
+// "second", "minute", "hour", "day"), e.g. "100/1s", "5000/1h", "10/m".
+func ParseRate(s string) (count int64, period time.Duration, err error) {
+	cs, ps, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("rate %q: want COUNT/PERIOD, e.g. 100/1s", s)
+	}
+	count, err = strconv.ParseInt(strings.TrimSpace(cs), 10, 64)
+	if err != nil || count <= 0 {
+		return 0, 0, fmt.Errorf("rate %q: count must be a positive whole number", s)
+	}
+	ps = strings.TrimSpace(ps)
+	switch ps {
+	case "s", "sec", "second":
+		period = time.Second
+	case "m", "min", "minute":
+		period = time.Minute
+	case "h", "hour":
+		period = time.Hour
+	case "d", "day":
+		period = 24 * time.Hour
+	default:
+		if d, ok := strings.CutSuffix(ps, "d"); ok {
+			days, derr := strconv.Atoi(d)
+			if derr == nil && days > 0 {
+				period = time.Duration(days) * 24 * time.Hour
+				break
+			}
+		}
+		period, err = time.ParseDuration(ps)
+		if err != nil || period <= 0 {
+			return 0, 0, fmt.Errorf("rate %q: period must be a positive duration such as 1s, 1m, 1h or 1d", s)
+		}
+	}
+	return count, period, nil
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Value == "" {
+			return "nothing"
+		}
+		return fmt.Sprintf("the value %q", n.Value)
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	default:
+		return "a mapping"
+	}
+}
+
+// hashRules fingerprints the rules' meaning: sorted names, limits and overrides.
+func hashRules(r *Rules) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "unknown=%s\n", r.UnknownRule)
+	for _, name := range r.Names() {
+		rule := r.ByName[name]
+		fmt.Fprintf(h, "%s=%s\n", name, rule.Limit)
+		keys := make([]string, 0, len(rule.Overrides))
+		for k := range rule.Overrides {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(h, "%s[%q]=%s\n", name, k, rule.Overrides[k])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

@@ -1,0 +1,120 @@
+package config
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/sluicelabs/sluice/bucket"
+)
+
+// Settings configures a daemon. DefaultSettings gives every field a working
+// value, so a daemon started with no flags and no files runs.
+type Settings struct {
+	// SocketPath is the Unix socket the daemon serves. Default: DefaultSocketPath().
+	SocketPath string
+	// SocketMode is the socket file's permission bits. Default 0660: the
+	// daemon's user and group may connect, nobody else.
+	SocketMode fs.FileMode
+	// RulesPath is the rules file; empty means the embedded default rules.
+	RulesPath string
+	// NodeName names this daemon in logs (and, later, in the cluster).
+	// Default: the hostname.
+	NodeName string
+
+	// MaxKeys caps buckets held in memory. Default 1,048,576.
+	MaxKeys int
+	// MaxKeyLen caps a key's length in bytes. Default 256.
+	MaxKeyLen int
+	// MaxFrameBytes caps one IPC frame. Default 64 KiB.
+	MaxFrameBytes int
+	// MaxBatch caps the checks in one request. Default 16.
+	MaxBatch int
+	// MaxConns caps concurrent client connections. Default 4096.
+	MaxConns int
+	// SweepInterval is how often buckets that refilled to full are evicted. Default 10s.
+	SweepInterval time.Duration
+	// WriteTimeout bounds how long a reply may wait on a client that does not
+	// read; the connection is closed after it. Default 5s.
+	WriteTimeout time.Duration
+	// ShutdownTimeout bounds how long shutdown waits for in-flight requests. Default 5s.
+	ShutdownTimeout time.Duration
+}
+
+// Defaults for the daemon's limits.
+const (
+	DefaultSocketMode      fs.FileMode = 0o660
+	DefaultMaxFrameBytes               = 64 << 10
+	DefaultMaxBatch                    = 16
+	DefaultMaxConns                    = 4096
+	DefaultSweepInterval               = 10 * time.Second
+	DefaultWriteTimeout                = 5 * time.Second
+	DefaultShutdownTimeout             = 5 * time.Second
+)
+
+// DefaultSettings returns settings that run a single daemon with the embedded rules.
+func DefaultSettings() Settings {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "sluiced"
+	}
+	return Settings{
+		SocketPath:      DefaultSocketPath(),
+		SocketMode:      DefaultSocketMode,
+		NodeName:        host,
+		MaxKeys:         bucket.DefaultMaxKeys,
+		MaxKeyLen:       bucket.DefaultMaxKeyLen,
+		MaxFrameBytes:   DefaultMaxFrameBytes,
+		MaxBatch:        DefaultMaxBatch,
+		MaxConns:        DefaultMaxConns,
+		SweepInterval:   DefaultSweepInterval,
+		WriteTimeout:    DefaultWriteTimeout,
+		ShutdownTimeout: DefaultShutdownTimeout,
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (s Settings) Validate() error {
+	switch {
+	case s.SocketPath == "":
+		return fmt.Errorf("settings: socket path is empty")
+	case s.SocketMode&^0o777 != 0:
+		return fmt.Errorf("settings: socket mode %o has bits beyond 0777", s.SocketMode)
+	case s.MaxKeys < 1:
+		return fmt.Errorf("settings: max keys %d must be at least 1", s.MaxKeys)
+	case s.MaxKeyLen < 1 || s.MaxKeyLen > 64<<10:
+		return fmt.Errorf("settings: max key length %d must be in [1, 65536]", s.MaxKeyLen)
+	case s.MaxFrameBytes < 256 || s.MaxFrameBytes > 16<<20:
+		return fmt.Errorf("settings: max frame bytes %d must be in [256, 16 MiB]", s.MaxFrameBytes)
+	case s.MaxBatch < 1 || s.MaxBatch > 1024:
+		return fmt.Errorf("settings: max batch %d must be in [1, 1024]", s.MaxBatch)
+	case s.MaxConns < 1:
+		return fmt.Errorf("settings: max connections %d must be at least 1", s.MaxConns)
+	case s.SweepInterval <= 0, s.WriteTimeout <= 0, s.ShutdownTimeout <= 0:
+		return fmt.Errorf("settings: sweep interval, write timeout and shutdown timeout must be positive")
+	}
+	return nil
+}
+
+// DefaultSocketPath is where the daemon listens and clients connect when not
+// told otherwise: $SLUICE_SOCKET if set; else $XDG_RUNTIME_DIR/sluice/sluiced.sock
+// when that directory exists; else /run/sluice/sluiced.sock for root; else
+// $TMPDIR/sluice-UID/sluiced.sock, which any unprivileged user can create.
+func DefaultSocketPath() string {
+	if p := os.Getenv("SLUICE_SOCKET"); p != "" {
+		return p
+	}
+	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return filepath.Join(dir, "sluice", "sluiced.sock")
+		}
+	}
+	uid := os.Getuid()
+	if uid == 0 {
+		return "/run/sluice/sluiced.sock"
+	}
+	return filepath.Join(os.TempDir(), "sluice-"+strconv.Itoa(uid), "sluiced.sock")
+}
