@@ -1,0 +1,47 @@
+// Package ipc is the protocol between a service and its local sluiced daemon,
+// and the daemon's Unix-socket server. The wire types are defined once here and
+// used by both the server and clientlib.
+//
+// The package speaks bytes and sockets; it does not decide anything. The
+// daemon plugs its decisions in through the Decider interface.
+//
+// # Protocol, version 1
+//
+// A client connects to the daemon's Unix stream socket. Each direction is a
+// sequence of frames:
+//
+//	frame = length:uint32 big-endian | body:length bytes
+//
+// where body is exactly one msgpack value: an array whose first element is the
+// message type. length is at least 1 and at most the server's frame cap (64 KiB
+// by default; the WELCOME message states it). Integers may use any msgpack
+// integer encoding but must not be negative; strings may be sent as str or bin.
+//
+// The first frame from the client must be HELLO; the server answers WELCOME,
+// or ERROR and closes the connection if it cannot speak that version.
+//
+//	HELLO    [1, version, client_name]                 client → server
+//	WELCOME  [1, version, server_name, max_frame, max_batch, max_key_len]
+//	CHECK    [2, id, [[rule, key, cost], ...]]         client → server
+//	RESULT   [3, id, allowed, [[status, limit, remaining, retry_after_ns, reset_after_ns], ...]]
+//	ERROR    [4, id, code, message]                    server → client
+//
+// version is the highest protocol version the client speaks; the server
+// replies with the version it will use (the lower of the two). id is chosen by
+// the client and echoed in the RESULT or ERROR that answers it, so a client may
+// have many CHECKs in flight on one connection and match replies as they come
+// (replies to one connection are sent in request order). A CHECK holds 1 to
+// max_batch checks; it is admitted only if every check admits, and only then is
+// every check charged. RESULT carries one entry per check, in order: status
+// (see Status), the rule's requests per period, whole tokens remaining,
+// nanoseconds until the check's cost is covered (0 when it admits) and
+// nanoseconds until the bucket is full.
+//
+// ERROR with a non-zero id refuses that request alone (for example a key longer
+// than max_key_len, a batch larger than max_batch, or a cost above the rule's
+// burst) and charges nothing; the connection stays usable. ERROR with id 0
+// reports a connection-level fault (a frame larger than max_frame, bytes that
+// are not a valid message, an unknown message type, a failed handshake) and
+// the server closes the connection after sending it. Codes are listed under
+// ErrorCode.
+package ipc

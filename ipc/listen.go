@@ -1,0 +1,61 @@
+package ipc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// ErrSocketInUse is returned by Listen when a live daemon already serves the path.
+var ErrSocketInUse = errors.New("socket in use by a running daemon")
+
+// Listen opens the Unix socket at path with the given permission bits.
+//
+// A socket file left behind by a daemon that died is replaced; a path on which
+// a daemon still answers is refused with ErrSocketInUse; a path holding
+// anything other than a socket is never removed. The socket is created under a
+// temporary name, given its permissions, then renamed into place, so there is
+// no moment at which it is reachable with looser permissions. Missing parent
+// directories are created (0755). Closing the listener does not remove the
+// file: the Server removes it on shutdown, and only if it is still its own.
+func Listen(path string, mode fs.FileMode) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("listen %s: create directory: %w", path, err)
+	}
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode()&fs.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen %s: path exists and is not a socket; refusing to replace it", path)
+		}
+		if c, err := net.DialTimeout("unix", path, 500*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen %s: %w (stop it, or choose another --socket)", path, ErrSocketInUse)
+		}
+		// Nobody answers: a stale socket from a daemon that did not clean up.
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("listen %s: remove stale socket: %w", path, err)
+		}
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+strconv.Itoa(os.Getpid()))
+	_ = os.Remove(tmp)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, mode); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("listen %s: set permissions %o: %w", path, mode, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return l, nil
+}

@@ -1,0 +1,418 @@
+package ipc
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// ProtocolVersion is the highest protocol version this package speaks.
+const ProtocolVersion = 1
+
+// MsgType is the first element of every message.
+type MsgType uint64
+
+// Message types. HELLO and WELCOME share a number: one goes each way.
+const (
+	MsgHello   MsgType = 1
+	MsgWelcome MsgType = 1
+	MsgCheck   MsgType = 2
+	MsgResult  MsgType = 3
+	MsgError   MsgType = 4
+)
+
+// Status is one check's outcome in a RESULT.
+type Status uint64
+
+// Check statuses.
+const (
+	// StatusOK: the check admits.
+	StatusOK Status = 0
+	// StatusOverLimit: the bucket does not cover the cost; retry_after says when it will.
+	StatusOverLimit Status = 1
+	// StatusUnknownRule: no such rule, and the daemon's policy denies unknown rules.
+	StatusUnknownRule Status = 2
+	// StatusUnknownRuleAllowed: no such rule, and the policy admits unknown rules.
+	StatusUnknownRuleAllowed Status = 3
+)
+
+// Admits reports whether the status lets the request through.
+func (s Status) Admits() bool { return s == StatusOK || s == StatusUnknownRuleAllowed }
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusOverLimit:
+		return "over_limit"
+	case StatusUnknownRule:
+		return "unknown_rule"
+	case StatusUnknownRuleAllowed:
+		return "unknown_rule_allowed"
+	}
+	return fmt.Sprintf("status(%d)", uint64(s))
+}
+
+// ErrorCode classifies an ERROR message.
+type ErrorCode uint64
+
+// Error codes. Codes below 100 close the connection (sent with id 0); codes
+// from 100 refuse a single request.
+const (
+	CodeMalformed     ErrorCode = 1 // bytes that are not a valid message
+	CodeFrameTooLarge ErrorCode = 2 // length prefix above max_frame
+	CodeBadVersion    ErrorCode = 3 // no common protocol version
+	CodeUnexpected    ErrorCode = 4 // unknown message type, or HELLO missing
+	CodeTooManyConns  ErrorCode = 5 // the server is at its connection cap
+	CodeShuttingDown  ErrorCode = 6 // the server is stopping
+	CodeBatchTooLarge ErrorCode = 100
+	CodeKeyTooLong    ErrorCode = 101
+	CodeBadCost       ErrorCode = 102
+	CodeBadRequest    ErrorCode = 103 // empty key, empty batch, other invalid fields
+	CodeInternal      ErrorCode = 104
+)
+
+// Error is an ERROR message, and the error type for refusals the server sends.
+type Error struct {
+	ID      uint64
+	Code    ErrorCode
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("sluiced error %d: %s", uint64(e.Code), e.Message) }
+
+// Hello opens a connection.
+type Hello struct {
+	Version uint64
+	Client  string
+}
+
+// Welcome answers Hello and states the server's limits.
+type Welcome struct {
+	Version   uint64
+	Server    string
+	MaxFrame  uint64
+	MaxBatch  uint64
+	MaxKeyLen uint64
+}
+
+// Check is one limit to check in a request. When decoded by the server its
+// byte slices alias the frame buffer and are valid only until the next frame.
+type Check struct {
+	Rule []byte
+	Key  []byte
+	Cost uint64
+}
+
+// Result is the outcome of one Check.
+type Result struct {
+	Status     Status
+	Limit      uint64
+	Remaining  uint64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+}
+
+// Request is a CHECK message.
+type Request struct {
+	ID     uint64
+	Checks []Check
+}
+
+// Reply is a RESULT message.
+type Reply struct {
+	ID      uint64
+	Allowed bool
+	Results []Result
+}
+
+// ErrFrameTooLarge is returned by ReadFrame for a length prefix above the cap.
+var ErrFrameTooLarge = errors.New("frame too large")
+
+// ReadFrame reads one frame from r into buf (grown as needed, never beyond
+// maxFrame) and returns its body, which aliases buf.
+func ReadFrame(r *bufio.Reader, buf []byte, maxFrame int) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return buf[:0], err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 {
+		return buf[:0], fmt.Errorf("%w: empty frame", ErrMalformed)
+	}
+	if uint64(n) > uint64(maxFrame) {
+		return buf[:0], fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return buf[:0], err
+	}
+	return buf, nil
+}
+
+// beginFrame reserves a frame's length prefix; endFrame fills it in.
+func beginFrame(b []byte) ([]byte, int) { return append(b, 0, 0, 0, 0), len(b) }
+
+func endFrame(b []byte, start int) []byte {
+	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+// AppendHello appends a HELLO frame to b.
+func AppendHello(b []byte, h Hello) []byte {
+	b, start := beginFrame(b)
+	b = appendArrayHeader(b, 3)
+	b = appendUint(b, uint64(MsgHello))
+	b = appendUint(b, h.Version)
+	b = appendStr(b, h.Client)
+	return endFrame(b, start)
+}
+
+// AppendWelcome appends a WELCOME frame to b.
+func AppendWelcome(b []byte, w Welcome) []byte {
+	b, start := beginFrame(b)
+	b = appendArrayHeader(b, 6)
+	b = appendUint(b, uint64(MsgWelcome))
+	b = appendUint(b, w.Version)
+	b = appendStr(b, w.Server)
+	b = appendUint(b, w.MaxFrame)
+	b = appendUint(b, w.MaxBatch)
+	b = appendUint(b, w.MaxKeyLen)
+	return endFrame(b, start)
+}
+
+// AppendRequest appends a CHECK frame to b.
+func AppendRequest(b []byte, id uint64, checks []Check) []byte {
+	b, start := beginFrame(b)
+	b = appendArrayHeader(b, 3)
+	b = appendUint(b, uint64(MsgCheck))
+	b = appendUint(b, id)
+	b = appendArrayHeader(b, len(checks))
+	for _, c := range checks {
+		b = appendArrayHeader(b, 3)
+		b = appendStr(b, c.Rule)
+		b = appendStr(b, c.Key)
+		b = appendUint(b, c.Cost)
+	}
+	return endFrame(b, start)
+}
+
+// AppendReply appends a RESULT frame to b.
+func AppendReply(b []byte, id uint64, allowed bool, results []Result) []byte {
+	b, start := beginFrame(b)
+	b = appendArrayHeader(b, 4)
+	b = appendUint(b, uint64(MsgResult))
+	b = appendUint(b, id)
+	b = appendBool(b, allowed)
+	b = appendArrayHeader(b, len(results))
+	for _, r := range results {
+		b = appendArrayHeader(b, 5)
+		b = appendUint(b, uint64(r.Status))
+		b = appendUint(b, r.Limit)
+		b = appendUint(b, r.Remaining)
+		b = appendUint(b, uint64(max(r.RetryAfter, 0)))
+		b = appendUint(b, uint64(max(r.ResetAfter, 0)))
+	}
+	return endFrame(b, start)
+}
+
+// AppendError appends an ERROR frame to b.
+func AppendError(b []byte, e *Error) []byte {
+	b, start := beginFrame(b)
+	b = appendArrayHeader(b, 4)
+	b = appendUint(b, uint64(MsgError))
+	b = appendUint(b, e.ID)
+	b = appendUint(b, uint64(e.Code))
+	b = appendStr(b, e.Message)
+	return endFrame(b, start)
+}
+
+// PeekType returns a body's message type and its element count.
+func PeekType(body []byte) (MsgType, int, error) {
+	d := decoder{buf: body}
+	n, err := d.arrayLen()
+	if err != nil {
+		return 0, 0, err
+	}
+	if n < 1 {
+		return 0, 0, d.fail("empty message")
+	}
+	t, err := d.uint()
+	return MsgType(t), n, err
+}
+
+// header checks a body is an array of want elements starting with typ.
+func header(body []byte, typ MsgType, want int) (decoder, error) {
+	d := decoder{buf: body}
+	n, err := d.arrayLen()
+	if err != nil {
+		return d, err
+	}
+	t, err := d.uint()
+	if err != nil {
+		return d, err
+	}
+	if MsgType(t) != typ || n != want {
+		return d, d.fail(fmt.Sprintf("expected message %d with %d fields, got %d with %d", typ, want, t, n))
+	}
+	return d, nil
+}
+
+// DecodeHello decodes a HELLO body.
+func DecodeHello(body []byte) (Hello, error) {
+	d, err := header(body, MsgHello, 3)
+	if err != nil {
+		return Hello{}, err
+	}
+	var h Hello
+	if h.Version, err = d.uint(); err != nil {
+		return Hello{}, err
+	}
+	name, err := d.bytes()
+	if err != nil {
+		return Hello{}, err
+	}
+	h.Client = string(name)
+	return h, d.end()
+}
+
+// DecodeWelcome decodes a WELCOME body.
+func DecodeWelcome(body []byte) (Welcome, error) {
+	d, err := header(body, MsgWelcome, 6)
+	if err != nil {
+		return Welcome{}, err
+	}
+	var w Welcome
+	if w.Version, err = d.uint(); err != nil {
+		return Welcome{}, err
+	}
+	name, err := d.bytes()
+	if err != nil {
+		return Welcome{}, err
+	}
+	w.Server = string(name)
+	for _, f := range []*uint64{&w.MaxFrame, &w.MaxBatch, &w.MaxKeyLen} {
+		if *f, err = d.uint(); err != nil {
+			return Welcome{}, err
+		}
+	}
+	return w, d.end()
+}
+
+// DecodeRequest decodes a CHECK body into req, reusing req.Checks' storage.
+// The checks' slices alias body. A batch above maxBatch is refused with an
+// *Error carrying the request's id, so the connection can carry on.
+func DecodeRequest(body []byte, req *Request, maxBatch int) error {
+	d, err := header(body, MsgCheck, 3)
+	if err != nil {
+		return err
+	}
+	if req.ID, err = d.uint(); err != nil {
+		return err
+	}
+	n, err := d.arrayLen()
+	if err != nil {
+		return err
+	}
+	if n == 0 || n > maxBatch {
+		// Refuse before reading entries, but the frame must still be well formed.
+		code, msg := CodeBatchTooLarge, fmt.Sprintf("batch of %d checks, limit %d", n, maxBatch)
+		if n == 0 {
+			code, msg = CodeBadRequest, "empty batch"
+		}
+		return &Error{ID: req.ID, Code: code, Message: msg}
+	}
+	req.Checks = req.Checks[:0]
+	for range n {
+		m, err := d.arrayLen()
+		if err != nil {
+			return err
+		}
+		if m != 3 {
+			return d.fail("check must have 3 fields")
+		}
+		var c Check
+		if c.Rule, err = d.bytes(); err != nil {
+			return err
+		}
+		if c.Key, err = d.bytes(); err != nil {
+			return err
+		}
+		if c.Cost, err = d.uint(); err != nil {
+			return err
+		}
+		req.Checks = append(req.Checks, c)
+	}
+	return d.end()
+}
+
+// DecodeReply decodes a RESULT body into rep, reusing rep.Results' storage.
+func DecodeReply(body []byte, rep *Reply) error {
+	d, err := header(body, MsgResult, 4)
+	if err != nil {
+		return err
+	}
+	if rep.ID, err = d.uint(); err != nil {
+		return err
+	}
+	if rep.Allowed, err = d.bool(); err != nil {
+		return err
+	}
+	n, err := d.arrayLen()
+	if err != nil {
+		return err
+	}
+	rep.Results = rep.Results[:0]
+	for range n {
+		m, err := d.arrayLen()
+		if err != nil {
+			return err
+		}
+		if m != 5 {
+			return d.fail("result must have 5 fields")
+		}
+		var f [5]uint64
+		for i := range f {
+			if f[i], err = d.uint(); err != nil {
+				return err
+			}
+		}
+		if f[3] > 1<<63-1 || f[4] > 1<<63-1 {
+			return d.fail("duration overflows")
+		}
+		rep.Results = append(rep.Results, Result{Status: Status(f[0]), Limit: f[1], Remaining: f[2], RetryAfter: time.Duration(f[3]), ResetAfter: time.Duration(f[4])})
+	}
+	return d.end()
+}
+
+// DecodeError decodes an ERROR body.
+func DecodeError(body []byte) (*Error, error) {
+	d, err := header(body, MsgError, 4)
+	if err != nil {
+		return nil, err
+	}
+	e := &Error{}
+	if e.ID, err = d.uint(); err != nil {
+		return nil, err
+	}
+	code, err := d.uint()
+	if err != nil {
+		return nil, err
+	}
+	e.Code = ErrorCode(code)
+	msg, err := d.bytes()
+	if err != nil {
+		return nil, err
+	}
+	e.Message = string(msg)
+	return e, d.end()
+}
