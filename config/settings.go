@@ -4,17 +4,16 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/ipc"
 )
 
 // Settings configures a daemon. DefaultSettings gives every field a working
 // value, so a daemon started with no flags and no files runs.
 type Settings struct {
-	// SocketPath is the Unix socket the daemon serves. Default: DefaultSocketPath().
+	// SocketPath is the Unix socket the daemon serves. Default: ipc.DefaultSocketPath().
 	SocketPath string
 	// SocketMode is the socket file's permission bits. Default 0660: the
 	// daemon's user and group may connect, nobody else.
@@ -62,7 +61,7 @@ func DefaultSettings() Settings {
 		host = "sluiced"
 	}
 	return Settings{
-		SocketPath:      DefaultSocketPath(),
+		SocketPath:      ipc.DefaultSocketPath(),
 		SocketMode:      DefaultSocketMode,
 		NodeName:        host,
 		MaxKeys:         bucket.DefaultMaxKeys,
@@ -97,24 +96,4 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: sweep interval, write timeout and shutdown timeout must be positive")
 	}
 	return nil
-}
-
-// DefaultSocketPath is where the daemon listens and clients connect when not
-// told otherwise: $SLUICE_SOCKET if set; else $XDG_RUNTIME_DIR/sluice/sluiced.sock
-// when that directory exists; else /run/sluice/sluiced.sock for root; else
-// $TMPDIR/sluice-UID/sluiced.sock, which any unprivileged user can create.
-func DefaultSocketPath() string {
-	if p := os.Getenv("SLUICE_SOCKET"); p != "" {
-		return p
-	}
-	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return filepath.Join(dir, "sluice", "sluiced.sock")
-		}
-	}
-	uid := os.Getuid()
-	if uid == 0 {
-		return "/run/sluice/sluiced.sock"
-	}
-	return filepath.Join(os.TempDir(), "sluice-"+strconv.Itoa(uid), "sluiced.sock")
 }

@@ -135,11 +135,15 @@ var ErrFrameTooLarge = errors.New("frame too large")
 // ReadFrame reads one frame from r into buf (grown as needed, never beyond
 // maxFrame) and returns its body, which aliases buf.
 func ReadFrame(r *bufio.Reader, buf []byte, maxFrame int) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	hdr, err := r.Peek(4) // not a local array: it would escape through io.Reader
+	if err != nil {
+		if len(hdr) > 0 && errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		return buf[:0], err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := binary.BigEndian.Uint32(hdr)
+	r.Discard(4)
 	if n == 0 {
 		return buf[:0], fmt.Errorf("%w: empty frame", ErrMalformed)
 	}
@@ -192,19 +196,34 @@ func AppendWelcome(b []byte, w Welcome) []byte {
 
 // AppendRequest appends a CHECK frame to b.
 func AppendRequest(b []byte, id uint64, checks []Check) []byte {
+	b, start := BeginRequest(b, id, len(checks))
+	for _, c := range checks {
+		b = AppendCheck(b, c.Rule, c.Key, c.Cost)
+	}
+	return FinishFrame(b, start)
+}
+
+// BeginRequest starts a CHECK frame of n checks; append each with AppendCheck,
+// then call FinishFrame with the returned start. This lets a client encode
+// string rules and keys without converting them to byte slices.
+func BeginRequest(b []byte, id uint64, n int) ([]byte, int) {
 	b, start := beginFrame(b)
 	b = appendArrayHeader(b, 3)
 	b = appendUint(b, uint64(MsgCheck))
 	b = appendUint(b, id)
-	b = appendArrayHeader(b, len(checks))
-	for _, c := range checks {
-		b = appendArrayHeader(b, 3)
-		b = appendStr(b, c.Rule)
-		b = appendStr(b, c.Key)
-		b = appendUint(b, c.Cost)
-	}
-	return endFrame(b, start)
+	return appendArrayHeader(b, n), start
 }
+
+// AppendCheck appends one check of a CHECK frame begun with BeginRequest.
+func AppendCheck[S string | []byte](b []byte, rule, key S, cost uint64) []byte {
+	b = appendArrayHeader(b, 3)
+	b = appendStr(b, rule)
+	b = appendStr(b, key)
+	return appendUint(b, cost)
+}
+
+// FinishFrame fills in the length of the frame that starts at start.
+func FinishFrame(b []byte, start int) []byte { return endFrame(b, start) }
 
 // AppendReply appends a RESULT frame to b.
 func AppendReply(b []byte, id uint64, allowed bool, results []Result) []byte {

@@ -1,0 +1,401 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicelabs/sluice/ipc"
+)
+
+// Errors carried by Decision.Err when the daemon did not decide.
+var (
+	ErrDaemonDown = errors.New("sluiced unavailable")
+	ErrTimeout    = errors.New("sluiced did not answer in time")
+	ErrClosed     = errors.New("client closed")
+	ErrProtocol   = errors.New("sluiced protocol error")
+)
+
+// Options configure a Client. Zero fields take the defaults noted.
+type Options struct {
+	// SocketPath is the daemon's socket. Default: ipc.DefaultSocketPath().
+	SocketPath string
+	// Timeout bounds each call, including a context's longer deadline. Default 5ms.
+	Timeout time.Duration
+	// FailClosed makes undecided calls deny instead of allow.
+	FailClosed bool
+	// Conns is the number of connections callers share. Default 2.
+	Conns int
+	// DialTimeout bounds one connection attempt including the handshake. Default 1s.
+	DialTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the reconnect backoff. Defaults 10ms and 2s.
+	ReconnectMin, ReconnectMax time.Duration
+	// Name identifies this client to the daemon. Default: the program's name.
+	Name string
+	// Jitter returns a random number in [0, 1) used to spread reconnects.
+	// Default: math/rand/v2.Float64. Tests inject their own.
+	Jitter func() float64
+}
+
+func (o *Options) setDefaults() {
+	if o.SocketPath == "" {
+		o.SocketPath = ipc.DefaultSocketPath()
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Millisecond
+	}
+	if o.Conns <= 0 {
+		o.Conns = 2
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = time.Second
+	}
+	if o.ReconnectMin <= 0 {
+		o.ReconnectMin = 10 * time.Millisecond
+	}
+	if o.ReconnectMax < o.ReconnectMin {
+		o.ReconnectMax = max(2*time.Second, o.ReconnectMin)
+	}
+	if o.Name == "" {
+		o.Name = filepath.Base(os.Args[0])
+	}
+	if o.Jitter == nil {
+		o.Jitter = rand.Float64
+	}
+}
+
+// Check is one limit to check: the named rule, applied to key, at a cost in tokens.
+type Check struct {
+	Rule string
+	Key  string
+	Cost int64
+}
+
+// Decision is the answer to a call.
+type Decision struct {
+	// Allowed says whether to let the request through. Always meaningful: when
+	// the daemon did not decide it is true, or false under FailClosed.
+	Allowed bool
+	// Limit, Remaining, RetryAfter and ResetAfter describe the deciding check:
+	// the denying check with the longest wait, or when all admit the one with
+	// the fewest tokens left. Zero when the daemon did not decide.
+	Limit      int64
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+	// Status is the deciding check's status.
+	Status ipc.Status
+	// Denied is the index of the deciding check when the request is denied, else -1.
+	Denied int
+	// FailedOpen is true when the daemon did not decide (even under
+	// FailClosed, where the decision is then a denial); Err says why.
+	FailedOpen bool
+	Err        error
+}
+
+// Stats counts a client's outcomes since it was made.
+type Stats struct {
+	Decisions    uint64 // calls the daemon decided
+	Denied       uint64 // of those, denied
+	FailedOpen   uint64 // calls not decided and allowed
+	FailedClosed uint64 // calls not decided and denied (FailClosed)
+	Timeouts     uint64 // of the undecided, those that hit the deadline
+	Reconnects   uint64 // connections established after the first
+}
+
+// Client talks to one daemon. Make one with New or Dial and share it.
+type Client struct {
+	opts  Options
+	slots []atomic.Pointer[conn]
+	next  atomic.Uint32
+	// up is set while at least one connection is live; callers fail fast otherwise.
+	up atomic.Bool
+
+	calls sync.Pool
+
+	kick     chan struct{}
+	closed   chan struct{}
+	closeOne sync.Once
+	wg       sync.WaitGroup
+
+	decisions, denied, failedOpen, failedClosed, timeouts, reconnects atomic.Uint64
+	// connected is set once the first connection is up; later ones count as reconnects.
+	connected atomic.Bool
+}
+
+// New returns a client that connects in the background; calls made before the
+// first connection is up fail open. New does not block.
+func New(opts Options) *Client {
+	opts.setDefaults()
+	c := newClient(opts)
+	c.start()
+	return c
+}
+
+// Dial connects to the daemon before returning, and returns an error (and no
+// client) if the first attempt fails or ctx ends first. After that the client
+// behaves as one from New.
+func Dial(ctx context.Context, opts Options) (*Client, error) {
+	opts.setDefaults()
+	if dl, ok := ctx.Deadline(); ok {
+		opts.DialTimeout = min(opts.DialTimeout, time.Until(dl))
+	}
+	c := newClient(opts)
+	cn, err := dial(c, opts)
+	if err != nil {
+		return nil, fmt.Errorf("dial sluiced at %s: %w", opts.SocketPath, err)
+	}
+	c.slots[0].Store(cn)
+	c.connected.Store(true)
+	c.up.Store(true)
+	c.start()
+	return c, nil
+}
+
+func newClient(opts Options) *Client {
+	c := &Client{
+		opts:   opts,
+		slots:  make([]atomic.Pointer[conn], opts.Conns),
+		kick:   make(chan struct{}, 1),
+		closed: make(chan struct{}),
+	}
+	c.calls.New = func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return &call{done: make(chan struct{}, 1), timer: t}
+	}
+	return c
+}
+
+func (c *Client) start() {
+	c.wg.Add(1)
+	go c.reconnectLoop()
+	c.wake()
+}
+
+// Close closes the connections and stops reconnecting; later calls fail open
+// (or closed) with ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	c.closeOne.Do(func() {
+		close(c.closed)
+		for i := range c.slots {
+			if cn := c.slots[i].Swap(nil); cn != nil {
+				cn.fail(ErrClosed)
+			}
+		}
+	})
+	c.wg.Wait()
+	return nil
+}
+
+// Up reports whether the client has a live connection to the daemon.
+func (c *Client) Up() bool { return c.up.Load() }
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{
+		Decisions:    c.decisions.Load(),
+		Denied:       c.denied.Load(),
+		FailedOpen:   c.failedOpen.Load(),
+		FailedClosed: c.failedClosed.Load(),
+		Timeouts:     c.timeouts.Load(),
+		Reconnects:   c.reconnects.Load(),
+	}
+}
+
+// Allow asks whether key may make one request under rule.
+func (c *Client) Allow(ctx context.Context, rule, key string) Decision {
+	return c.AllowN(ctx, rule, key, 1)
+}
+
+// AllowN asks whether key may make a request costing cost tokens under rule.
+func (c *Client) AllowN(ctx context.Context, rule, key string, cost int64) Decision {
+	single := [1]Check{{Rule: rule, Key: key, Cost: cost}}
+	return c.AllowAll(ctx, single[:]...)
+}
+
+// AllowAll checks several limits at once (for example per user and per
+// route). The request is admitted only if every check admits, and only then
+// is every check charged.
+func (c *Client) AllowAll(ctx context.Context, checks ...Check) Decision {
+	if len(checks) == 0 {
+		return c.undecided(fmt.Errorf("%w: no checks", ErrProtocol), false)
+	}
+	for i := range checks {
+		if checks[i].Cost < 1 {
+			return c.undecided(fmt.Errorf("check %d: cost %d must be at least 1", i, checks[i].Cost), false)
+		}
+	}
+	select {
+	case <-c.closed:
+		return c.undecided(ErrClosed, false)
+	default:
+	}
+	if !c.up.Load() {
+		return c.undecided(ErrDaemonDown, false)
+	}
+	cn := c.pick()
+	if cn == nil {
+		return c.undecided(ErrDaemonDown, false)
+	}
+	if err := ctx.Err(); err != nil {
+		return c.undecided(err, false)
+	}
+
+	cl := c.calls.Get().(*call)
+	defer c.calls.Put(cl)
+	if err := cn.send(cl, checks, c.opts.Timeout); err != nil {
+		return c.undecided(err, false)
+	}
+	cl.timer.Reset(c.opts.Timeout)
+	var err error
+	select {
+	case <-cl.done:
+	case <-cl.timer.C:
+		err = ErrTimeout
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	cl.timer.Stop()
+	if err != nil && !cn.abandon(cl) {
+		<-cl.done // the reader claimed the call just now; its answer is on the way
+		err = nil
+	}
+	if err != nil {
+		return c.undecided(err, errors.Is(err, ErrTimeout))
+	}
+	if cl.err != nil {
+		return c.undecided(cl.err, false)
+	}
+	return c.decided(&cl.reply)
+}
+
+// pick returns a live connection, starting from the next slot in turn.
+func (c *Client) pick() *conn {
+	n := uint32(len(c.slots))
+	start := c.next.Add(1)
+	for i := range n {
+		if cn := c.slots[(start+i)%n].Load(); cn != nil && !cn.dead.Load() {
+			return cn
+		}
+	}
+	return nil
+}
+
+func (c *Client) decided(rep *ipc.Reply) Decision {
+	c.decisions.Add(1)
+	d := Decision{Allowed: rep.Allowed, Denied: -1}
+	best := -1
+	for i := range rep.Results {
+		if best < 0 || moreRestrictive(rep.Results[i], rep.Results[best]) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		r := rep.Results[best]
+		d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Status = int64(r.Limit), int64(r.Remaining), r.RetryAfter, r.ResetAfter, r.Status
+		if !rep.Allowed {
+			d.Denied = best
+		}
+	}
+	if !rep.Allowed {
+		c.denied.Add(1)
+	}
+	return d
+}
+
+// moreRestrictive orders check results: denials before admissions, then the
+// longer wait, or among admissions the fewer tokens left.
+func moreRestrictive(a, b ipc.Result) bool {
+	if a.Status.Admits() != b.Status.Admits() {
+		return !a.Status.Admits()
+	}
+	if !a.Status.Admits() {
+		return a.RetryAfter > b.RetryAfter
+	}
+	return a.Remaining < b.Remaining
+}
+
+func (c *Client) undecided(err error, timedOut bool) Decision {
+	if timedOut {
+		c.timeouts.Add(1)
+	}
+	if c.opts.FailClosed {
+		c.failedClosed.Add(1)
+		return Decision{Allowed: false, Denied: -1, FailedOpen: true, Err: err}
+	}
+	c.failedOpen.Add(1)
+	return Decision{Allowed: true, Denied: -1, FailedOpen: true, Err: err}
+}
+
+// connLost is called by a connection that died: callers fail fast once no
+// connection is left, and the reconnect loop starts.
+func (c *Client) connLost() {
+	if c.pick() == nil {
+		c.up.Store(false)
+	}
+	c.wake()
+}
+
+func (c *Client) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reconnectLoop fills empty connection slots, backing off while dials fail.
+func (c *Client) reconnectLoop() {
+	defer c.wg.Done()
+	backoff := c.opts.ReconnectMin
+	timer := time.NewTimer(0)
+	timer.Stop()
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-c.kick:
+		case <-timer.C:
+		}
+		missing, failed := 0, false
+		for i := range c.slots {
+			if cn := c.slots[i].Load(); cn != nil && !cn.dead.Load() {
+				continue
+			}
+			missing++
+			cn, err := dial(c, c.opts)
+			if err != nil {
+				failed = true
+				break
+			}
+			select {
+			case <-c.closed:
+				cn.fail(ErrClosed)
+				return
+			default:
+			}
+			c.slots[i].Store(cn)
+			if c.connected.Swap(true) {
+				c.reconnects.Add(1)
+			}
+			c.up.Store(true)
+		}
+		if !failed {
+			backoff = c.opts.ReconnectMin
+			if missing > 0 {
+				timer.Reset(0) // re-check: a connection may have died meanwhile
+			}
+			continue
+		}
+		// Full jitter over [backoff/2, backoff): reconnecting clients spread out.
+		wait := backoff/2 + time.Duration(c.opts.Jitter()*float64(backoff/2))
+		timer.Reset(wait)
+		backoff = min(2*backoff, c.opts.ReconnectMax)
+	}
+}

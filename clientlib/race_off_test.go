@@ -1,0 +1,5 @@
+//go:build !race
+
+package clientlib
+
+const raceEnabled = false

@@ -1,0 +1,93 @@
+// Command sluiced is the Sluice rate-limit daemon: one per service host,
+// answering allow/deny over a Unix socket. Run with no flags it serves the
+// embedded default rules on the default socket.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/daemon"
+)
+
+func main() {
+	if err := app().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "sluiced:", err)
+		os.Exit(1)
+	}
+}
+
+func app() *cli.App {
+	def := config.DefaultSettings()
+	return &cli.App{
+		Name:  "sluiced",
+		Usage: "the Sluice rate-limit daemon",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
+			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
+			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
+			&cli.StringFlag{Name: "node-name", Value: def.NodeName, EnvVars: []string{"SLUICE_NODE_NAME"}, Usage: "this daemon's name"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SLUICE_LOG_LEVEL"}, Usage: "trace, debug, info, warn or error"},
+			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"SLUICE_LOG_JSON"}, Usage: "log JSON lines"},
+			&cli.IntFlag{Name: "max-keys", Value: def.MaxKeys, EnvVars: []string{"SLUICE_MAX_KEYS"}, Usage: "most buckets held in memory"},
+			&cli.IntFlag{Name: "max-key-len", Value: def.MaxKeyLen, EnvVars: []string{"SLUICE_MAX_KEY_LEN"}, Usage: "longest key accepted, in bytes"},
+			&cli.IntFlag{Name: "max-frame", Value: def.MaxFrameBytes, EnvVars: []string{"SLUICE_MAX_FRAME"}, Usage: "largest IPC frame accepted, in bytes"},
+			&cli.IntFlag{Name: "max-batch", Value: def.MaxBatch, EnvVars: []string{"SLUICE_MAX_BATCH"}, Usage: "most checks in one request"},
+			&cli.IntFlag{Name: "max-conns", Value: def.MaxConns, EnvVars: []string{"SLUICE_MAX_CONNS"}, Usage: "most concurrent client connections"},
+			&cli.DurationFlag{Name: "sweep-interval", Value: def.SweepInterval, EnvVars: []string{"SLUICE_SWEEP_INTERVAL"}, Usage: "how often idle full buckets are evicted"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: def.ShutdownTimeout, EnvVars: []string{"SLUICE_SHUTDOWN_TIMEOUT"}, Usage: "how long shutdown waits for in-flight requests"},
+		},
+		Action: run,
+	}
+}
+
+func run(c *cli.Context) error {
+	s := config.DefaultSettings()
+	s.SocketPath = c.String("socket")
+	if _, err := fmt.Sscanf(c.String("socket-mode"), "%o", &s.SocketMode); err != nil {
+		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0660", c.String("socket-mode"))
+	}
+	s.RulesPath = c.String("rules")
+	s.NodeName = c.String("node-name")
+	s.MaxKeys = c.Int("max-keys")
+	s.MaxKeyLen = c.Int("max-key-len")
+	s.MaxFrameBytes = c.Int("max-frame")
+	s.MaxBatch = c.Int("max-batch")
+	s.MaxConns = c.Int("max-conns")
+	s.SweepInterval = c.Duration("sweep-interval")
+	s.ShutdownTimeout = c.Duration("shutdown-timeout")
+
+	level := hclog.LevelFromString(c.String("log-level"))
+	if level == hclog.NoLevel {
+		return fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.String("log-level"))
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "sluiced", Level: level, JSONFormat: c.Bool("log-json"), Output: os.Stderr})
+
+	d, err := daemon.New(daemon.Config{Settings: s, Logger: log})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = d.Reload() // logged by Reload; a bad file keeps the last good rules
+			}
+		}
+	}()
+	return d.Run(ctx)
+}

@@ -1,0 +1,183 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/ipc"
+)
+
+// Config is what a Daemon is built from.
+type Config struct {
+	Settings config.Settings
+	// Logger receives the daemon's logs. Default: discard.
+	Logger hclog.Logger
+	// Now is the clock, read once per request. Default: a monotonic clock.
+	// Tests inject their own.
+	Now func() time.Time
+}
+
+// Daemon decides rate-limit requests for the clients of one host.
+type Daemon struct {
+	settings config.Settings
+	log      hclog.Logger
+	now      func() time.Time
+	store    *bucket.Store
+	server   *ipc.Server
+
+	rules atomic.Pointer[ruleSet]
+
+	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
+	namespaces map[string]bucket.Namespace
+
+	ready    chan struct{}
+	reloads  atomic.Uint64
+	failures atomic.Uint64
+}
+
+// ruleSet is an immutable snapshot of the rules in force.
+type ruleSet struct {
+	rules  *config.Rules
+	byName map[string]activeRule
+}
+
+type activeRule struct {
+	*config.Rule
+	ns bucket.Namespace
+}
+
+// New builds a daemon: it validates the settings and loads the rules file (or
+// the embedded defaults when Settings.RulesPath is empty). It starts nothing.
+func New(cfg Config) (*Daemon, error) {
+	if err := cfg.Settings.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = monotonicClock()
+	}
+	rules := config.DefaultRules()
+	if p := cfg.Settings.RulesPath; p != "" {
+		var err error
+		if rules, err = config.LoadRules(p); err != nil {
+			return nil, err
+		}
+	}
+	s := cfg.Settings
+	d := &Daemon{
+		settings:   s,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		store:      bucket.NewStore(bucket.StoreConfig{MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen}),
+		namespaces: map[string]bucket.Namespace{},
+		ready:      make(chan struct{}),
+	}
+	d.server = ipc.NewServer(ipc.ServerConfig{
+		Name:         s.NodeName,
+		MaxFrame:     s.MaxFrameBytes,
+		MaxBatch:     s.MaxBatch,
+		MaxKeyLen:    s.MaxKeyLen,
+		MaxConns:     s.MaxConns,
+		WriteTimeout: s.WriteTimeout,
+		Logger:       cfg.Logger.Named("ipc"),
+	}, d)
+	d.apply(rules)
+	return d, nil
+}
+
+// monotonicClock returns a clock whose readings advance with the monotonic
+// clock, so wall-clock steps never refill or drain buckets.
+func monotonicClock() func() time.Time {
+	base := time.Now()
+	return func() time.Time { return base.Add(time.Since(base)) }
+}
+
+// Run listens on the socket and serves until ctx ends, then shuts down
+// gracefully: it stops accepting, answers requests already received, and
+// removes the socket.
+func (d *Daemon) Run(ctx context.Context) error {
+	l, err := ipc.Listen(d.settings.SocketPath, d.settings.SocketMode)
+	if err != nil {
+		return err
+	}
+	rs := d.rules.Load()
+	d.log.Info("sluiced serving", "socket", d.settings.SocketPath, "node", d.settings.NodeName,
+		"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash)
+	close(d.ready)
+
+	served := make(chan error, 1)
+	go func() { served <- d.server.Serve(l, d.settings.SocketPath) }()
+	sweepDone := make(chan struct{})
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	go func() { defer close(sweepDone); d.sweepLoop(sweepCtx) }()
+	defer func() { stopSweep(); <-sweepDone }()
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve %s: %w", d.settings.SocketPath, err)
+	case <-ctx.Done():
+	}
+	d.log.Info("shutting down", "timeout", d.settings.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), d.settings.ShutdownTimeout)
+	defer cancel()
+	err = d.server.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, ipc.ErrServerClosed) {
+		d.log.Warn("serve ended with an error", "error", serr)
+	}
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	d.log.Info("stopped")
+	return nil
+}
+
+// Ready is closed once the daemon is listening.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// SocketPath is where the daemon listens.
+func (d *Daemon) SocketPath() string { return d.settings.SocketPath }
+
+// Rules returns the rules in force.
+func (d *Daemon) Rules() *config.Rules { return d.rules.Load().rules }
+
+// Server returns the IPC server, for its counters.
+func (d *Daemon) Server() *ipc.Server { return d.server }
+
+// Store returns the bucket store.
+func (d *Daemon) Store() *bucket.Store { return d.store }
+
+func (d *Daemon) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(d.settings.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := d.store.Sweep(d.now()); n > 0 {
+				d.log.Debug("evicted idle buckets", "count", n, "held", d.store.Len())
+			}
+		}
+	}
+}
+
+// Balance returns the balance of key under rule, and whether the rule exists.
+func (d *Daemon) Balance(rule, key string) (float64, bool) {
+	ar, ok := d.rules.Load().byName[rule]
+	if !ok {
+		return 0, false
+	}
+	lim := ar.LimitFor([]byte(key))
+	b, _ := d.store.Balance(ar.ns, []byte(key), lim, d.now())
+	return b, true
+}

@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"errors"
+
+	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/ipc"
+)
+
+// Decide implements ipc.Decider. It reads the clock once. A single check is
+// taken atomically; several are first all checked, and charged only if all
+// admit. Between the check and the charge another request may spend the same
+// tokens, so concurrent multi-checks can overshoot by the requests in flight,
+// pushing a balance below zero; that errs toward admitting, as the cluster does.
+func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) {
+	now := d.now()
+	rs := d.rules.Load()
+	if len(checks) == 1 {
+		c := &checks[0]
+		ar, ok := rs.byName[string(c.Rule)]
+		if !ok {
+			return unknownRule(rs, &results[0]), nil
+		}
+		r, err := d.store.Take(ar.ns, c.Key, ar.LimitFor(c.Key), int64(min(c.Cost, bucket.MaxCost+1)), now)
+		if err != nil {
+			return false, requestError(err)
+		}
+		results[0] = toResult(r)
+		return r.Allowed, nil
+	}
+
+	allowed := true
+	for i := range checks {
+		c := &checks[i]
+		ar, ok := rs.byName[string(c.Rule)]
+		if !ok {
+			allowed = unknownRule(rs, &results[i]) && allowed
+			continue
+		}
+		r, err := d.store.Check(ar.ns, c.Key, ar.LimitFor(c.Key), int64(min(c.Cost, bucket.MaxCost+1)), now)
+		if err != nil {
+			return false, requestError(err)
+		}
+		results[i] = toResult(r)
+		allowed = allowed && r.Allowed
+	}
+	if !allowed {
+		return false, nil
+	}
+	for i := range checks {
+		c := &checks[i]
+		if ar, ok := rs.byName[string(c.Rule)]; ok {
+			// Cannot fail: the key and cost passed Check above.
+			_ = d.store.Charge(ar.ns, c.Key, ar.LimitFor(c.Key), int64(c.Cost), now)
+		}
+	}
+	return true, nil
+}
+
+func unknownRule(rs *ruleSet, r *ipc.Result) bool {
+	if rs.rules.UnknownRule == config.UnknownRuleDeny {
+		*r = ipc.Result{Status: ipc.StatusUnknownRule}
+		return false
+	}
+	*r = ipc.Result{Status: ipc.StatusUnknownRuleAllowed}
+	return true
+}
+
+func toResult(r bucket.Result) ipc.Result {
+	st := ipc.StatusOK
+	if !r.Allowed {
+		st = ipc.StatusOverLimit
+	}
+	return ipc.Result{Status: st, Limit: uint64(r.Limit), Remaining: uint64(r.Remaining), RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}
+}
+
+// requestError maps the store's refusals onto protocol error codes.
+func requestError(err error) error {
+	code := ipc.CodeInternal
+	switch {
+	case errors.Is(err, bucket.ErrBadCost):
+		code = ipc.CodeBadCost
+	case errors.Is(err, bucket.ErrKeyTooLong):
+		code = ipc.CodeKeyTooLong
+	case errors.Is(err, bucket.ErrEmptyKey):
+		code = ipc.CodeBadRequest
+	}
+	return &ipc.Error{Code: code, Message: err.Error()}
+}

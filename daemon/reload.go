@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"fmt"
+
+	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/config"
+)
+
+// Reload re-reads the rules file. An invalid file changes nothing: the last
+// good rules stay in force and the error (naming file, line and field) is
+// logged and returned. Buckets of rules that still exist keep their balances,
+// rescaled where the limit changed. With no rules file (embedded defaults)
+// there is nothing to re-read.
+func (d *Daemon) Reload() error {
+	path := d.settings.RulesPath
+	if path == "" {
+		d.log.Info("reload: running on embedded default rules; nothing to re-read")
+		return nil
+	}
+	rules, err := config.LoadRules(path)
+	if err != nil {
+		d.failures.Add(1)
+		d.log.Error("reload failed; keeping the last good rules", "rules_hash", d.Rules().Hash, "error", err)
+		return fmt.Errorf("reload: %w", err)
+	}
+	old := d.Rules()
+	d.apply(rules)
+	d.reloads.Add(1)
+	d.log.Info("rules reloaded", "path", path, "rule_count", len(rules.ByName), "old_hash", old.Hash, "new_hash", rules.Hash)
+	return nil
+}
+
+// ReloadCounts returns how many reloads succeeded and failed.
+func (d *Daemon) ReloadCounts() (ok, failed uint64) { return d.reloads.Load(), d.failures.Load() }
+
+// apply puts rules in force. A rule keeps its namespace (and so its buckets)
+// for as long as the daemon lives, even across a reload that drops it and
+// one that brings it back; its buckets are rescaled when its limits change.
+func (d *Daemon) apply(rules *config.Rules) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	next := &ruleSet{rules: rules, byName: make(map[string]activeRule, len(rules.ByName))}
+	for name, r := range rules.ByName {
+		ns, ok := d.namespaces[name]
+		if !ok {
+			ns = bucket.Namespace(len(d.namespaces) + 1)
+			d.namespaces[name] = ns
+		}
+		next.byName[name] = activeRule{Rule: r, ns: ns}
+	}
+	prev := d.rules.Swap(next)
+	if prev == nil {
+		return
+	}
+	now := d.now()
+	for name, nr := range next.byName {
+		or, ok := prev.byName[name]
+		if !ok || !limitsChanged(or.Rule, nr.Rule) {
+			continue
+		}
+		d.store.Rescale(nr.ns, func(key string) (bucket.Limit, bucket.Limit) {
+			return or.LimitFor([]byte(key)), nr.LimitFor([]byte(key))
+		}, now)
+	}
+}
+
+func limitsChanged(a, b *config.Rule) bool {
+	if a.Limit != b.Limit || len(a.Overrides) != len(b.Overrides) {
+		return true
+	}
+	for k, l := range a.Overrides {
+		if b.Overrides[k] != l {
+			return true
+		}
+	}
+	return false
+}

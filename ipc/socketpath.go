@@ -1,0 +1,27 @@
+package ipc
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// DefaultSocketPath is where the daemon listens and clients connect when not
+// told otherwise: $SLUICE_SOCKET if set; else $XDG_RUNTIME_DIR/sluice/sluiced.sock
+// when that directory exists; else /run/sluice/sluiced.sock for root; else
+// $TMPDIR/sluice-UID/sluiced.sock, which any unprivileged user can create.
+func DefaultSocketPath() string {
+	if p := os.Getenv("SLUICE_SOCKET"); p != "" {
+		return p
+	}
+	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return filepath.Join(dir, "sluice", "sluiced.sock")
+		}
+	}
+	uid := os.Getuid()
+	if uid == 0 {
+		return "/run/sluice/sluiced.sock"
+	}
+	return filepath.Join(os.TempDir(), "sluice-"+strconv.Itoa(uid), "sluiced.sock")
+}
