@@ -131,4 +131,6 @@ func report(c *cli.Context, out checkOutput, code int) int {
 	return code
 }
 
-func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)).Round(time.Microsecond) }
+func ms(v float64) time.Duration {
+	return time.Duration(v * float64(time.Millisecond)).Round(time.Microsecond)
+}
