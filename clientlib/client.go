@@ -106,7 +106,7 @@ type Stats struct {
 	FailedOpen   uint64 // calls not decided and allowed
 	FailedClosed uint64 // calls not decided and denied (FailClosed)
 	Timeouts     uint64 // of the undecided, those that hit the deadline
-	Reconnects   uint64 // connections established after the first
+	Reconnects   uint64 // connections made to replace ones that died
 }
 
 // Client talks to one daemon. Make one with New or Dial and share it.
@@ -125,8 +125,6 @@ type Client struct {
 	wg       sync.WaitGroup
 
 	decisions, denied, failedOpen, failedClosed, timeouts, reconnects atomic.Uint64
-	// connected is set once the first connection is up; later ones count as reconnects.
-	connected atomic.Bool
 }
 
 // New returns a client that connects in the background; calls made before the
@@ -152,7 +150,6 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("dial sluiced at %s: %w", opts.SocketPath, err)
 	}
 	c.slots[0].Store(cn)
-	c.connected.Store(true)
 	c.up.Store(true)
 	c.start()
 	return c, nil
@@ -380,9 +377,8 @@ func (c *Client) reconnectLoop() {
 				return
 			default:
 			}
-			c.slots[i].Store(cn)
-			if c.connected.Swap(true) {
-				c.reconnects.Add(1)
+			if old := c.slots[i].Swap(cn); old != nil {
+				c.reconnects.Add(1) // replaces a connection that died
 			}
 			c.up.Store(true)
 		}

@@ -132,5 +132,5 @@ func report(c *cli.Context, out checkOutput, code int) int {
 }
 
 func ms(v float64) time.Duration {
-	return time.Duration(v * float64(time.Millisecond)).Round(time.Microsecond)
+	return time.Duration(v * float64(time.Millisecond)).Round(time.Millisecond)
 }

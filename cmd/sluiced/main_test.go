@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/clientlib"
+)
+
+// These tests run the real binary, as operators and services meet it.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluiced-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sluiced")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic("build sluiced: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	exited chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startDaemon(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
+
+// eventually polls cond every few milliseconds until it holds, failing after 15s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(15 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out after 15s waiting until %s", what)
+		}
+	}
+}
+
+func tempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "sd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestRunsOnEmbeddedDefaultsWithNoFlags(t *testing.T) {
+	dir := tempDir(t)
+	sock := filepath.Join(dir, "sluice", "sluiced.sock")
+	// No flags and no files: the default socket comes from the environment.
+	cmd := exec.Command(binary)
+	cmd.Env = []string{"XDG_RUNTIME_DIR=" + dir, "PATH=" + os.Getenv("PATH")}
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() { cmd.Process.Kill(); <-exited }()
+
+	eventually(t, "the startup log names the socket", func() bool { return strings.Contains(stderr.String(), "socket="+sock) })
+	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if d := c.Allow(context.Background(), "default", "k"); d.FailedOpen || !d.Allowed || d.Limit != 100 {
+		t.Fatalf("decision on embedded defaults: %+v", d)
+	}
+	st, err := os.Stat(sock)
+	if err != nil || st.Mode().Perm() != 0o660 {
+		t.Fatalf("socket mode %v (%v), want 0660", st.Mode(), err)
+	}
+}
+
+func TestSighupReloadsAndSigtermShutsDownGracefully(t *testing.T) {
+	dir := tempDir(t)
+	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rules, []byte("rules:\n  r:\n    rate: 2/1h\n"), 0o600)
+	p := startDaemon(t, "--socket", sock, "--rules", rules, "--log-level", "debug")
+	var c *clientlib.Client
+	eventually(t, "the daemon accepts a client", func() bool {
+		var err error
+		c, err = clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 5 * time.Second})
+		return err == nil
+	})
+	defer c.Close()
+	ctx := context.Background()
+	c.Allow(ctx, "r", "k")
+	c.Allow(ctx, "r", "k")
+	if d := c.Allow(ctx, "r", "k"); d.Allowed {
+		t.Fatalf("third request on 2/1h admitted: %+v", d)
+	}
+
+	// A bad file is refused and logged with its line; the rules stay.
+	os.WriteFile(rules, []byte("rules:\n  r:\n    rate: 4/1h\n    burts: 9\n"), 0o600)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the failed reload is logged", func() bool {
+		return strings.Contains(p.stderr.String(), "rules.yaml:4:12: rules.r.burts: unknown field")
+	})
+	if d := c.Allow(ctx, "r", "k"); d.Allowed || d.Limit != 2 {
+		t.Fatalf("after a bad reload: %+v", d)
+	}
+	// A good file doubles the limit; the bucket keeps its (rescaled) balance.
+	os.WriteFile(rules, []byte("rules:\n  r:\n    rate: 4/1h\n"), 0o600)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the new limit is in force", func() bool { return c.Allow(ctx, "r", "probe").Limit == 4 })
+	if d := c.Allow(ctx, "r", "k"); d.Allowed {
+		t.Fatalf("reload reset the bucket: %+v", d)
+	}
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit within 15s of SIGTERM")
+	}
+	p.exited <- nil // for the cleanup
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left after SIGTERM: %v", err)
+	}
+}
+
+func TestKill9FailsOpenThenRestartReplacesStaleSocket(t *testing.T) {
+	dir := tempDir(t)
+	sock := filepath.Join(dir, "d.sock")
+	p := startDaemon(t, "--socket", sock)
+	eventually(t, "the socket appears", func() bool { _, err := os.Stat(sock); return err == nil })
+	c := clientlib.New(clientlib.Options{SocketPath: sock, Timeout: 50 * time.Millisecond, ReconnectMin: 5 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
+	defer c.Close()
+	eventually(t, "the client connects", c.Up)
+
+	// Load from 8 callers until told to stop, bounded in count and time.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	worst := time.Duration(0)
+	stop := make(chan struct{})
+	giveUp := time.Now().Add(60 * time.Second)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5_000_000 && time.Now().Before(giveUp); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				if d := c.Allow(context.Background(), "default", "load"); d.FailedOpen {
+					el := time.Since(start)
+					mu.Lock()
+					worst = max(worst, el)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	eventually(t, "the daemon has decided some of the load", func() bool { return c.Stats().Decisions > 500 })
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+	p.exited <- nil
+	eventually(t, "calls fail open", func() bool { return c.Stats().FailedOpen > 0 && !c.Up() })
+
+	// The dead daemon left its socket file behind; a new one replaces it.
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("expected a stale socket after kill -9: %v", err)
+	}
+	decidedBefore := c.Stats().Decisions
+	startDaemon(t, "--socket", sock)
+	eventually(t, "the client reconnects and the load is decided again", func() bool {
+		return c.Stats().Decisions > decidedBefore+500
+	})
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	// Fail-open calls return within the deadline plus scheduling slack.
+	if worst > 2*time.Second {
+		t.Fatalf("a failed-open call took %s", worst)
+	}
+	t.Logf("stats %+v; slowest failed-open call %s", c.Stats(), worst)
+}
+
+func TestBadFlagsAndRulesExitNonZero(t *testing.T) {
+	dir := tempDir(t)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("rules:\n  r:\n    rate: nope\n"), 0o600)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--socket", filepath.Join(dir, "s"), "--rules", bad}, "bad.yaml:3:11: rules.r.rate"},
+		{[]string{"--socket", filepath.Join(dir, "s"), "--log-level", "loud"}, "--log-level"},
+		{[]string{"--socket", filepath.Join(dir, "s"), "--socket-mode", "rw"}, "--socket-mode"},
+		{[]string{"--socket", filepath.Join(dir, "s"), "--max-batch", "0"}, "max batch"},
+	}
+	for _, tt := range tests {
+		out, err := exec.Command(binary, tt.args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tt.want) {
+			t.Errorf("sluiced %v: err %v, output %q, want it to mention %q", tt.args, err, out, tt.want)
+		}
+	}
+}
