@@ -250,21 +250,7 @@ func (c *Client) AllowAll(ctx context.Context, checks ...Check) Decision {
 	if err := cn.send(cl, checks, c.opts.Timeout); err != nil {
 		return c.undecided(err, false)
 	}
-	cl.timer.Reset(c.opts.Timeout)
-	var err error
-	select {
-	case <-cl.done:
-	case <-cl.timer.C:
-		err = ErrTimeout
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	cl.timer.Stop()
-	if err != nil && !cn.abandon(cl) {
-		<-cl.done // the reader claimed the call just now; its answer is on the way
-		err = nil
-	}
-	if err != nil {
+	if err := cn.await(ctx, cl, c.opts.Timeout); err != nil {
 		return c.undecided(err, errors.Is(err, ErrTimeout))
 	}
 	if cl.err != nil {
