@@ -32,7 +32,16 @@ cleanup() {
   rm -rf "$rdir"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+ready=""
+for _ in $(seq 100); do
+  if redis-cli -p "$port" ping >/dev/null 2>&1; then ready=1; break; fi
+  sleep 0.05
+done
+if [ -z "$ready" ]; then
+  echo "redis-server did not come up on 127.0.0.1:$port (set REDIS_PORT to use another port):" >&2
+  cat "$rdir/redis.log" >&2
+  exit 1
+fi
 
 {
   echo "# Sluice benchmarks, $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -1,6 +1,6 @@
 // Command sluice is the operator's CLI for a local sluiced daemon.
 //
-//	sluice check RULE KEY [--cost N] [--json]
+//	sluice check [--cost N] [--json] [--socket PATH] RULE KEY
 //
 // exits 0 when admitted, 1 when throttled and 2 on error (daemon unreachable,
 // request refused, bad usage).
@@ -37,18 +37,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Usage:     "talk to the local sluiced daemon",
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "socket", Value: ipc.DefaultSocketPath(), EnvVars: []string{"SLUICE_SOCKET"}, Usage: "the daemon's Unix socket"},
-			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Second, Usage: "how long to wait for the daemon"},
-		},
 		Commands: []*cli.Command{{
 			Name:      "check",
 			Usage:     "ask for a decision: exit 0 admitted, 1 throttled, 2 error",
 			ArgsUsage: "RULE KEY",
-			Flags: []cli.Flag{
+			Flags: append(daemonFlags(),
 				&cli.Int64Flag{Name: "cost", Value: 1, Usage: "tokens the request costs"},
 				&cli.BoolFlag{Name: "json", Usage: "print the decision as JSON"},
-			},
+			),
 			Action: func(c *cli.Context) error {
 				code = check(c)
 				return nil
@@ -61,6 +57,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return code
+}
+
+// daemonFlags say how to reach the daemon; every command that talks to it takes them.
+func daemonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "socket", Value: ipc.DefaultSocketPath(), EnvVars: []string{"SLUICE_SOCKET"}, Usage: "the daemon's Unix socket"},
+		&cli.DurationFlag{Name: "timeout", Value: 2 * time.Second, Usage: "how long to wait for the daemon"},
+	}
 }
 
 // checkOutput is what --json prints.

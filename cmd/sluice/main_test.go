@@ -55,7 +55,8 @@ func TestCheckExitCodesAndOutput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := run(append([]string{"sluice", "--socket", sock}, tt.args...), &out, &errOut)
+			args := append([]string{"sluice", tt.args[0], "--socket", sock}, tt.args[1:]...)
+			code := run(args, &out, &errOut)
 			all := out.String() + errOut.String()
 			if code != tt.code || !strings.Contains(all, tt.contains) {
 				t.Fatalf("exit %d, output %q; want exit %d containing %q", code, all, tt.code, tt.contains)
@@ -66,7 +67,7 @@ func TestCheckExitCodesAndOutput(t *testing.T) {
 
 func TestCheckWithoutDaemonIsAnError(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run([]string{"sluice", "--socket", filepath.Join(t.TempDir(), "none.sock"), "check", "--json", "r", "k"}, &out, &errOut)
+	code := run([]string{"sluice", "check", "--socket", filepath.Join(t.TempDir(), "none.sock"), "--json", "r", "k"}, &out, &errOut)
 	var got checkOutput
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("--json output %q: %v", out.String(), err)
