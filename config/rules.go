@@ -239,36 +239,36 @@ func (p *parser) entries(n *yaml.Node, path string, each func(key string, kn, v 
 	}
 }
 
-func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
-	var (
-		rateNode, burstNode, overridesNode *yaml.Node
-	)
-	before := len(p.errs)
+// known returns a mapping's fields by name, reporting any field not in names.
+func (p *parser) known(n *yaml.Node, path string, names ...string) map[string]*yaml.Node {
+	got := map[string]*yaml.Node{}
 	p.fields(n, path, func(key string, v *yaml.Node) {
-		switch key {
-		case "rate":
-			rateNode = v
-		case "burst":
-			burstNode = v
-		case "overrides":
-			overridesNode = v
-		default:
-			p.fail(v, path+"."+key, "unknown field (known: rate, burst, overrides)")
+		if !slices.Contains(names, key) {
+			p.fail(v, path+"."+key, "unknown field (known: %s)", strings.Join(names, ", "))
+			return
 		}
+		got[key] = v
 	})
+	return got
+}
+
+func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
+	before := len(p.errs)
+	f := p.known(n, path, "rate", "burst", "overrides")
 	if len(p.errs) > before {
 		return nil
 	}
+	rateNode := f["rate"]
 	if rateNode == nil {
 		p.fail(n, path+".rate", "missing: every rule needs a rate such as 100/1s")
 		return nil
 	}
-	lim, ok := p.limit(rateNode, burstNode, path)
+	lim, ok := p.limit(rateNode, f["burst"], path)
 	if !ok {
 		return nil
 	}
 	r := &Rule{Name: name, Limit: lim}
-	if overridesNode != nil {
+	if overridesNode := f["overrides"]; overridesNode != nil {
 		r.Overrides = map[string]bucket.Limit{}
 		p.entries(overridesNode, path+".overrides", func(key string, kn, v *yaml.Node) {
 			opath := path + ".overrides." + key
@@ -280,17 +280,8 @@ func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 				p.fail(kn, opath, "more than %d overrides", maxOverrides)
 				return
 			}
-			var orate, oburst *yaml.Node
-			p.fields(v, opath, func(k string, ov *yaml.Node) {
-				switch k {
-				case "rate":
-					orate = ov
-				case "burst":
-					oburst = ov
-				default:
-					p.fail(ov, opath+"."+k, "unknown field (known: rate, burst)")
-				}
-			})
+			of := p.known(v, opath, "rate", "burst")
+			orate, oburst := of["rate"], of["burst"]
 			if orate == nil {
 				orate = rateNode // an override of the burst alone keeps the rule's rate
 			}
