@@ -74,6 +74,13 @@ func (b *Bucket) Balance(lim Limit, now time.Time) float64 {
 	return lim.balance(lim.burstNanos - (max(b.full, n) - n))
 }
 
+// setBalance puts the bucket at the given balance (capped at the burst).
+func (b *Bucket) setBalance(lim Limit, balance float64, now time.Time) {
+	n := now.UnixNano()
+	deficit := (float64(lim.burst) - balance) * lim.nanosPerToken
+	b.full = n + min(int64(max(deficit, 0)), maxDebt)
+}
+
 // IsFull reports whether the bucket has refilled to capacity by now, whatever its limit.
 func (b *Bucket) IsFull(now time.Time) bool { return b.full <= now.UnixNano() }
 

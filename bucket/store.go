@@ -31,6 +31,15 @@ type StoreConfig struct {
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two. Default: 8 × GOMAXPROCS, at least 16.
 	Shards int
+	// TrackConsumption makes Take record, per bucket, the tokens it admitted,
+	// and keep a list of buckets whose count changed, for DrainDirty to hand
+	// to gossip. Leave it off when nothing drains the list.
+	TrackConsumption bool
+	// EpochBase seeds bucket epochs: each bucket created gets the next number
+	// above it, so a bucket evicted and created again is told apart from its
+	// predecessor. A daemon passes its start time in nanoseconds, so epochs
+	// also grow across restarts.
+	EpochBase uint64
 }
 
 // Defaults for StoreConfig's zero fields.
@@ -62,14 +71,28 @@ type Store struct {
 	seed      maphash.Seed
 	maxKeyLen int
 	shardCap  int
+	track     bool
 
+	epochs    atomic.Uint64
 	evictions atomic.Uint64
 }
 
 type shard struct {
 	mu      sync.Mutex
-	buckets map[storeKey]*Bucket
-	_       [48]byte // keep shards on separate cache lines
+	buckets map[storeKey]*entry
+	dirty   []*entry // entries whose local consumption changed since the last drain
+	_       [24]byte // keep shards on separate cache lines
+}
+
+// entry is a bucket and what gossip needs to know about it.
+type entry struct {
+	Bucket
+	ns    Namespace
+	dirty bool
+	key   string // shares the map key's bytes
+	epoch uint64 // this bucket's incarnation
+	used  uint64 // tokens admitted here (not charged by peers) in this epoch
+	sent  uint64 // used, as of the last drain
 }
 
 type storeKey struct {
@@ -97,9 +120,11 @@ func NewStore(cfg StoreConfig) *Store {
 		seed:      maphash.MakeSeed(),
 		maxKeyLen: cfg.MaxKeyLen,
 		shardCap:  (cfg.MaxKeys + n - 1) / n,
+		track:     cfg.TrackConsumption,
 	}
+	s.epochs.Store(cfg.EpochBase)
 	for i := range s.shards {
-		s.shards[i].buckets = make(map[storeKey]*Bucket)
+		s.shards[i].buckets = make(map[storeKey]*entry)
 	}
 	return s
 }
@@ -119,11 +144,18 @@ func (s *Store) Take(ns Namespace, key []byte, lim Limit, cost int64, now time.T
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
-	b := sh.buckets[storeKey{ns, string(key)}]
-	if b == nil {
-		b = sh.insert(s, ns, key, now)
+	e := sh.buckets[storeKey{ns, string(key)}]
+	if e == nil {
+		e = sh.insert(s, ns, key, now)
 	}
-	r := b.Take(lim, cost, now)
+	r := e.Take(lim, cost, now)
+	if r.Allowed && s.track {
+		e.used += uint64(cost)
+		if !e.dirty {
+			e.dirty = true
+			sh.dirty = append(sh.dirty, e)
+		}
+	}
 	sh.mu.Unlock()
 	return r, nil
 }
@@ -136,8 +168,8 @@ func (s *Store) Check(ns Namespace, key []byte, lim Limit, cost int64, now time.
 	sh := s.shard(key)
 	sh.mu.Lock()
 	var r Result
-	if b := sh.buckets[storeKey{ns, string(key)}]; b != nil {
-		r = b.Check(lim, cost, now)
+	if e := sh.buckets[storeKey{ns, string(key)}]; e != nil {
+		r = e.Check(lim, cost, now)
 	} else {
 		var fresh Bucket
 		r = fresh.Check(lim, cost, now)
@@ -158,13 +190,102 @@ func (s *Store) Charge(ns Namespace, key []byte, lim Limit, cost int64, now time
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
-	b := sh.buckets[storeKey{ns, string(key)}]
-	if b == nil {
-		b = sh.insert(s, ns, key, now)
+	e := sh.buckets[storeKey{ns, string(key)}]
+	if e == nil {
+		e = sh.insert(s, ns, key, now)
 	}
-	b.Charge(lim, cost, now)
+	e.Charge(lim, cost, now)
 	sh.mu.Unlock()
 	return nil
+}
+
+// Record notes that cost tokens were admitted locally on the key's bucket
+// after the fact (a multi-check charged with Charge): gossip then reports them
+// like tokens admitted by Take. It is a no-op unless TrackConsumption is set
+// or when the key holds no bucket.
+func (s *Store) Record(ns Namespace, key []byte, cost int64) {
+	if !s.track || cost < 1 {
+		return
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	if e := sh.buckets[storeKey{ns, string(key)}]; e != nil {
+		e.used += uint64(cost)
+		if !e.dirty {
+			e.dirty = true
+			sh.dirty = append(sh.dirty, e)
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// Consumption is one bucket's locally admitted tokens, as gossip reports them.
+type Consumption struct {
+	NS    Namespace
+	Key   string
+	Epoch uint64 // the bucket's incarnation
+	Used  uint64 // tokens admitted locally in this epoch, cumulative
+	Prev  uint64 // Used as of the previous drain (0 for a new epoch)
+}
+
+// DrainDirty calls fn for every bucket whose local consumption changed since
+// the last drain, and marks them clean. fn runs under a shard lock and must
+// be quick. Buckets evicted since they changed are reported too: their
+// consumption happened.
+func (s *Store) DrainDirty(fn func(Consumption)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for j, e := range sh.dirty {
+			fn(Consumption{NS: e.ns, Key: e.key, Epoch: e.epoch, Used: e.used, Prev: e.sent})
+			e.sent, e.dirty = e.used, false
+			sh.dirty[j] = nil
+		}
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+}
+
+// Snapshot calls fn for every bucket that is not full at now, with its local
+// consumption and balance, until fn returns false. fn runs under a shard
+// lock and must be quick.
+func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limit, bool), fn func(c Consumption, balance float64) bool) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.buckets {
+			if e.IsFull(now) {
+				continue
+			}
+			l, ok := lim(e.ns, e.key)
+			if !ok {
+				continue
+			}
+			if !fn(Consumption{NS: e.ns, Key: e.key, Epoch: e.epoch, Used: e.used, Prev: e.used}, e.Balance(l, now)) {
+				sh.mu.Unlock()
+				return
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Adopt gives a key that holds no bucket the balance a peer reports, so a
+// daemon that restarted or joined late learns current debts. It reports
+// whether it created the bucket; a key that already has one is left alone.
+func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, balance float64, now time.Time) bool {
+	if s.validateKey(key) != nil || balance >= float64(lim.burst) {
+		return false
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.buckets[storeKey{ns, string(key)}] != nil {
+		return false
+	}
+	e := sh.insert(s, ns, key, now)
+	e.setBalance(lim, balance, now)
+	return true
 }
 
 // Balance returns the key's balance in tokens, and whether the store holds a
@@ -173,8 +294,8 @@ func (s *Store) Balance(ns Namespace, key []byte, lim Limit, now time.Time) (flo
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if b := sh.buckets[storeKey{ns, string(key)}]; b != nil {
-		return b.Balance(lim, now), true
+	if e := sh.buckets[storeKey{ns, string(key)}]; e != nil {
+		return e.Balance(lim, now), true
 	}
 	return float64(lim.burst), false
 }
@@ -186,10 +307,10 @@ func (s *Store) Rescale(ns Namespace, limits func(key string) (old, new Limit), 
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, b := range sh.buckets {
+		for k, e := range sh.buckets {
 			if k.ns == ns {
 				old, new := limits(k.key)
-				b.Rescale(old, new, now)
+				e.Rescale(old, new, now)
 			}
 		}
 		sh.mu.Unlock()
@@ -203,8 +324,8 @@ func (s *Store) Sweep(now time.Time) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, b := range sh.buckets {
-			if b.IsFull(now) {
+		for k, e := range sh.buckets {
+			if e.IsFull(now) && !e.dirty {
 				delete(sh.buckets, k)
 				evicted++
 			}
@@ -257,13 +378,17 @@ func (s *Store) shard(key []byte) *shard {
 
 // insert adds a full bucket for key, making room first if the shard is at its
 // cap. The caller holds sh.mu.
-func (sh *shard) insert(s *Store, ns Namespace, key []byte, now time.Time) *Bucket {
+func (sh *shard) insert(s *Store, ns Namespace, key []byte, now time.Time) *entry {
 	if len(sh.buckets) >= s.shardCap {
 		s.evictions.Add(uint64(sh.makeRoom(now)))
 	}
-	b := new(Bucket)
-	sh.buckets[storeKey{ns, string(key)}] = b
-	return b
+	k := storeKey{ns, string(key)}
+	e := &entry{ns: ns, key: k.key}
+	if s.track {
+		e.epoch = s.epochs.Add(1)
+	}
+	sh.buckets[k] = e
+	return e
 }
 
 // makeRoom evicts from a sample of the shard's buckets every one that is full,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/sluicelabs/sluice/ipc/mp"
 )
 
 // ProtocolVersion is the highest protocol version this package speaks.
@@ -129,6 +131,10 @@ type Reply struct {
 	Results []Result
 }
 
+// ErrMalformed is wrapped by every decoding error: the bytes are not a valid
+// message of the protocol.
+var ErrMalformed = mp.ErrMalformed
+
 // ErrFrameTooLarge is returned by ReadFrame for a length prefix above the cap.
 var ErrFrameTooLarge = errors.New("frame too large")
 
@@ -174,23 +180,23 @@ func endFrame(b []byte, start int) []byte {
 // AppendHello appends a HELLO frame to b.
 func AppendHello(b []byte, h Hello) []byte {
 	b, start := beginFrame(b)
-	b = appendArrayHeader(b, 3)
-	b = appendUint(b, uint64(MsgHello))
-	b = appendUint(b, h.Version)
-	b = appendStr(b, h.Client)
+	b = mp.AppendArrayHeader(b, 3)
+	b = mp.AppendUint(b, uint64(MsgHello))
+	b = mp.AppendUint(b, h.Version)
+	b = mp.AppendStr(b, h.Client)
 	return endFrame(b, start)
 }
 
 // AppendWelcome appends a WELCOME frame to b.
 func AppendWelcome(b []byte, w Welcome) []byte {
 	b, start := beginFrame(b)
-	b = appendArrayHeader(b, 6)
-	b = appendUint(b, uint64(MsgWelcome))
-	b = appendUint(b, w.Version)
-	b = appendStr(b, w.Server)
-	b = appendUint(b, w.MaxFrame)
-	b = appendUint(b, w.MaxBatch)
-	b = appendUint(b, w.MaxKeyLen)
+	b = mp.AppendArrayHeader(b, 6)
+	b = mp.AppendUint(b, uint64(MsgWelcome))
+	b = mp.AppendUint(b, w.Version)
+	b = mp.AppendStr(b, w.Server)
+	b = mp.AppendUint(b, w.MaxFrame)
+	b = mp.AppendUint(b, w.MaxBatch)
+	b = mp.AppendUint(b, w.MaxKeyLen)
 	return endFrame(b, start)
 }
 
@@ -208,18 +214,18 @@ func AppendRequest(b []byte, id uint64, checks []Check) []byte {
 // string rules and keys without converting them to byte slices.
 func BeginRequest(b []byte, id uint64, n int) ([]byte, int) {
 	b, start := beginFrame(b)
-	b = appendArrayHeader(b, 3)
-	b = appendUint(b, uint64(MsgCheck))
-	b = appendUint(b, id)
-	return appendArrayHeader(b, n), start
+	b = mp.AppendArrayHeader(b, 3)
+	b = mp.AppendUint(b, uint64(MsgCheck))
+	b = mp.AppendUint(b, id)
+	return mp.AppendArrayHeader(b, n), start
 }
 
 // AppendCheck appends one check of a CHECK frame begun with BeginRequest.
 func AppendCheck[S string | []byte](b []byte, rule, key S, cost uint64) []byte {
-	b = appendArrayHeader(b, 3)
-	b = appendStr(b, rule)
-	b = appendStr(b, key)
-	return appendUint(b, cost)
+	b = mp.AppendArrayHeader(b, 3)
+	b = mp.AppendStr(b, rule)
+	b = mp.AppendStr(b, key)
+	return mp.AppendUint(b, cost)
 }
 
 // FinishFrame fills in the length of the frame that starts at start.
@@ -228,18 +234,18 @@ func FinishFrame(b []byte, start int) []byte { return endFrame(b, start) }
 // AppendReply appends a RESULT frame to b.
 func AppendReply(b []byte, id uint64, allowed bool, results []Result) []byte {
 	b, start := beginFrame(b)
-	b = appendArrayHeader(b, 4)
-	b = appendUint(b, uint64(MsgResult))
-	b = appendUint(b, id)
-	b = appendBool(b, allowed)
-	b = appendArrayHeader(b, len(results))
+	b = mp.AppendArrayHeader(b, 4)
+	b = mp.AppendUint(b, uint64(MsgResult))
+	b = mp.AppendUint(b, id)
+	b = mp.AppendBool(b, allowed)
+	b = mp.AppendArrayHeader(b, len(results))
 	for _, r := range results {
-		b = appendArrayHeader(b, 5)
-		b = appendUint(b, uint64(r.Status))
-		b = appendUint(b, r.Limit)
-		b = appendUint(b, r.Remaining)
-		b = appendUint(b, uint64(max(r.RetryAfter, 0)))
-		b = appendUint(b, uint64(max(r.ResetAfter, 0)))
+		b = mp.AppendArrayHeader(b, 5)
+		b = mp.AppendUint(b, uint64(r.Status))
+		b = mp.AppendUint(b, r.Limit)
+		b = mp.AppendUint(b, r.Remaining)
+		b = mp.AppendUint(b, uint64(max(r.RetryAfter, 0)))
+		b = mp.AppendUint(b, uint64(max(r.ResetAfter, 0)))
 	}
 	return endFrame(b, start)
 }
@@ -247,41 +253,41 @@ func AppendReply(b []byte, id uint64, allowed bool, results []Result) []byte {
 // AppendError appends an ERROR frame to b.
 func AppendError(b []byte, e *Error) []byte {
 	b, start := beginFrame(b)
-	b = appendArrayHeader(b, 4)
-	b = appendUint(b, uint64(MsgError))
-	b = appendUint(b, e.ID)
-	b = appendUint(b, uint64(e.Code))
-	b = appendStr(b, e.Message)
+	b = mp.AppendArrayHeader(b, 4)
+	b = mp.AppendUint(b, uint64(MsgError))
+	b = mp.AppendUint(b, e.ID)
+	b = mp.AppendUint(b, uint64(e.Code))
+	b = mp.AppendStr(b, e.Message)
 	return endFrame(b, start)
 }
 
 // PeekType returns a body's message type and its element count.
 func PeekType(body []byte) (MsgType, int, error) {
-	d := decoder{buf: body}
-	n, err := d.arrayLen()
+	d := mp.NewDecoder(body)
+	n, err := d.ArrayLen()
 	if err != nil {
 		return 0, 0, err
 	}
 	if n < 1 {
-		return 0, 0, d.fail("empty message")
+		return 0, 0, d.Fail("empty message")
 	}
-	t, err := d.uint()
+	t, err := d.Uint()
 	return MsgType(t), n, err
 }
 
 // header checks a body is an array of want elements starting with typ.
-func header(body []byte, typ MsgType, want int) (decoder, error) {
-	d := decoder{buf: body}
-	n, err := d.arrayLen()
+func header(body []byte, typ MsgType, want int) (mp.Decoder, error) {
+	d := mp.NewDecoder(body)
+	n, err := d.ArrayLen()
 	if err != nil {
 		return d, err
 	}
-	t, err := d.uint()
+	t, err := d.Uint()
 	if err != nil {
 		return d, err
 	}
 	if MsgType(t) != typ || n != want {
-		return d, d.fail(fmt.Sprintf("expected message %d with %d fields, got %d with %d", typ, want, t, n))
+		return d, d.Fail(fmt.Sprintf("expected message %d with %d fields, got %d with %d", typ, want, t, n))
 	}
 	return d, nil
 }
@@ -293,15 +299,15 @@ func DecodeHello(body []byte) (Hello, error) {
 		return Hello{}, err
 	}
 	var h Hello
-	if h.Version, err = d.uint(); err != nil {
+	if h.Version, err = d.Uint(); err != nil {
 		return Hello{}, err
 	}
-	name, err := d.bytes()
+	name, err := d.Bytes()
 	if err != nil {
 		return Hello{}, err
 	}
 	h.Client = string(name)
-	return h, d.end()
+	return h, d.End()
 }
 
 // DecodeWelcome decodes a WELCOME body.
@@ -311,20 +317,20 @@ func DecodeWelcome(body []byte) (Welcome, error) {
 		return Welcome{}, err
 	}
 	var w Welcome
-	if w.Version, err = d.uint(); err != nil {
+	if w.Version, err = d.Uint(); err != nil {
 		return Welcome{}, err
 	}
-	name, err := d.bytes()
+	name, err := d.Bytes()
 	if err != nil {
 		return Welcome{}, err
 	}
 	w.Server = string(name)
 	for _, f := range []*uint64{&w.MaxFrame, &w.MaxBatch, &w.MaxKeyLen} {
-		if *f, err = d.uint(); err != nil {
+		if *f, err = d.Uint(); err != nil {
 			return Welcome{}, err
 		}
 	}
-	return w, d.end()
+	return w, d.End()
 }
 
 // DecodeRequest decodes a CHECK body into req, reusing req.Checks' storage.
@@ -335,10 +341,10 @@ func DecodeRequest(body []byte, req *Request, maxBatch int) error {
 	if err != nil {
 		return err
 	}
-	if req.ID, err = d.uint(); err != nil {
+	if req.ID, err = d.Uint(); err != nil {
 		return err
 	}
-	n, err := d.arrayLen()
+	n, err := d.ArrayLen()
 	if err != nil {
 		return err
 	}
@@ -352,26 +358,26 @@ func DecodeRequest(body []byte, req *Request, maxBatch int) error {
 	}
 	req.Checks = req.Checks[:0]
 	for range n {
-		m, err := d.arrayLen()
+		m, err := d.ArrayLen()
 		if err != nil {
 			return err
 		}
 		if m != 3 {
-			return d.fail("check must have 3 fields")
+			return d.Fail("check must have 3 fields")
 		}
 		var c Check
-		if c.Rule, err = d.bytes(); err != nil {
+		if c.Rule, err = d.Bytes(); err != nil {
 			return err
 		}
-		if c.Key, err = d.bytes(); err != nil {
+		if c.Key, err = d.Bytes(); err != nil {
 			return err
 		}
-		if c.Cost, err = d.uint(); err != nil {
+		if c.Cost, err = d.Uint(); err != nil {
 			return err
 		}
 		req.Checks = append(req.Checks, c)
 	}
-	return d.end()
+	return d.End()
 }
 
 // DecodeReply decodes a RESULT body into rep, reusing rep.Results' storage.
@@ -380,37 +386,37 @@ func DecodeReply(body []byte, rep *Reply) error {
 	if err != nil {
 		return err
 	}
-	if rep.ID, err = d.uint(); err != nil {
+	if rep.ID, err = d.Uint(); err != nil {
 		return err
 	}
-	if rep.Allowed, err = d.bool(); err != nil {
+	if rep.Allowed, err = d.Bool(); err != nil {
 		return err
 	}
-	n, err := d.arrayLen()
+	n, err := d.ArrayLen()
 	if err != nil {
 		return err
 	}
 	rep.Results = rep.Results[:0]
 	for range n {
-		m, err := d.arrayLen()
+		m, err := d.ArrayLen()
 		if err != nil {
 			return err
 		}
 		if m != 5 {
-			return d.fail("result must have 5 fields")
+			return d.Fail("result must have 5 fields")
 		}
 		var f [5]uint64
 		for i := range f {
-			if f[i], err = d.uint(); err != nil {
+			if f[i], err = d.Uint(); err != nil {
 				return err
 			}
 		}
 		if f[3] > 1<<63-1 || f[4] > 1<<63-1 {
-			return d.fail("duration overflows")
+			return d.Fail("duration overflows")
 		}
 		rep.Results = append(rep.Results, Result{Status: Status(f[0]), Limit: f[1], Remaining: f[2], RetryAfter: time.Duration(f[3]), ResetAfter: time.Duration(f[4])})
 	}
-	return d.end()
+	return d.End()
 }
 
 // DecodeError decodes an ERROR body.
@@ -420,18 +426,18 @@ func DecodeError(body []byte) (*Error, error) {
 		return nil, err
 	}
 	e := &Error{}
-	if e.ID, err = d.uint(); err != nil {
+	if e.ID, err = d.Uint(); err != nil {
 		return nil, err
 	}
-	code, err := d.uint()
+	code, err := d.Uint()
 	if err != nil {
 		return nil, err
 	}
 	e.Code = ErrorCode(code)
-	msg, err := d.bytes()
+	msg, err := d.Bytes()
 	if err != nil {
 		return nil, err
 	}
 	e.Message = string(msg)
-	return e, d.end()
+	return e, d.End()
 }

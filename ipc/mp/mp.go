@@ -1,4 +1,10 @@
-package ipc
+// Package mp is the msgpack subset Sluice speaks on its wires (arrays,
+// integers, booleans, floats, strings and binaries), written out by hand so
+// that messages are encoded and decoded without allocating, and so that every
+// length read from untrusted bytes (a client, a peer) is checked against what
+// remains of the buffer before anything is sized by it. It produces and
+// accepts standard msgpack: any msgpack library can talk to it.
+package mp
 
 import (
 	"encoding/binary"
@@ -9,17 +15,11 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// The encoder and decoder here cover the msgpack subset the protocol uses
-// (arrays, unsigned integers, booleans, strings and binaries). They are written
-// out by hand so that a request is decoded in place, without allocating, and so
-// that every length read from the wire is checked against what remains of the
-// frame before anything is sized by it.
-
 // ErrMalformed is wrapped by every decoding error: the bytes are not a valid
 // message of the protocol.
 var ErrMalformed = errors.New("malformed message")
 
-func appendArrayHeader(b []byte, n int) []byte {
+func AppendArrayHeader(b []byte, n int) []byte {
 	switch {
 	case n <= 15:
 		return append(b, msgpcode.FixedArrayLow|byte(n))
@@ -30,7 +30,7 @@ func appendArrayHeader(b []byte, n int) []byte {
 	}
 }
 
-func appendUint(b []byte, v uint64) []byte {
+func AppendUint(b []byte, v uint64) []byte {
 	switch {
 	case v <= uint64(msgpcode.PosFixedNumHigh):
 		return append(b, byte(v))
@@ -45,14 +45,14 @@ func appendUint(b []byte, v uint64) []byte {
 	}
 }
 
-func appendBool(b []byte, v bool) []byte {
+func AppendBool(b []byte, v bool) []byte {
 	if v {
 		return append(b, msgpcode.True)
 	}
 	return append(b, msgpcode.False)
 }
 
-func appendStr[S string | []byte](b []byte, s S) []byte {
+func AppendStr[S string | []byte](b []byte, s S) []byte {
 	n := len(s)
 	switch {
 	case n <= 31:
@@ -67,17 +67,30 @@ func appendStr[S string | []byte](b []byte, s S) []byte {
 	return append(b, s...)
 }
 
-// decoder reads msgpack values from a frame body in place.
-type decoder struct {
+// Decoder reads msgpack values from a byte slice in place. The zero value is
+// not useful; make one with NewDecoder.
+type Decoder struct {
 	buf []byte
 	off int
 }
 
-func (d *decoder) fail(what string) error {
+// NewDecoder returns a decoder reading b from the start.
+func NewDecoder(b []byte) Decoder { return Decoder{buf: b} }
+
+// Offset is how many bytes have been read.
+func (d *Decoder) Offset() int { return d.off }
+
+// Remaining is how many bytes are left.
+func (d *Decoder) Remaining() int { return len(d.buf) - d.off }
+
+// Fail returns an ErrMalformed error describing what is wrong at the current offset.
+func (d *Decoder) Fail(what string) error { return d.fail(what) }
+
+func (d *Decoder) fail(what string) error {
 	return fmt.Errorf("%w: %s at byte %d", ErrMalformed, what, d.off)
 }
 
-func (d *decoder) byte() (byte, error) {
+func (d *Decoder) byte() (byte, error) {
 	if d.off >= len(d.buf) {
 		return 0, d.fail("truncated")
 	}
@@ -86,7 +99,7 @@ func (d *decoder) byte() (byte, error) {
 	return c, nil
 }
 
-func (d *decoder) take(n int) ([]byte, error) {
+func (d *Decoder) take(n int) ([]byte, error) {
 	if n < 0 || n > len(d.buf)-d.off {
 		return nil, d.fail("length beyond end of frame")
 	}
@@ -95,7 +108,7 @@ func (d *decoder) take(n int) ([]byte, error) {
 	return p, nil
 }
 
-func (d *decoder) be(n int) (uint64, error) {
+func (d *Decoder) be(n int) (uint64, error) {
 	p, err := d.take(n)
 	if err != nil {
 		return 0, err
@@ -110,7 +123,7 @@ func (d *decoder) be(n int) (uint64, error) {
 // arrayLen reads an array header. The length is checked against the bytes left
 // (every element takes at least one byte) so a lying header cannot make a
 // caller allocate.
-func (d *decoder) arrayLen() (int, error) {
+func (d *Decoder) ArrayLen() (int, error) {
 	c, err := d.byte()
 	if err != nil {
 		return 0, err
@@ -136,7 +149,7 @@ func (d *decoder) arrayLen() (int, error) {
 }
 
 // uint reads a non-negative integer in any msgpack integer encoding.
-func (d *decoder) uint() (uint64, error) {
+func (d *Decoder) Uint() (uint64, error) {
 	c, err := d.byte()
 	if err != nil {
 		return 0, err
@@ -168,7 +181,7 @@ func (d *decoder) uint() (uint64, error) {
 	return 0, d.fail(fmt.Sprintf("expected integer, got 0x%02x", c))
 }
 
-func (d *decoder) bool() (bool, error) {
+func (d *Decoder) Bool() (bool, error) {
 	c, err := d.byte()
 	if err != nil {
 		return false, err
@@ -183,7 +196,7 @@ func (d *decoder) bool() (bool, error) {
 }
 
 // bytes reads a str or bin value, returning a slice of the frame (no copy).
-func (d *decoder) bytes() ([]byte, error) {
+func (d *Decoder) Bytes() ([]byte, error) {
 	c, err := d.byte()
 	if err != nil {
 		return nil, err
@@ -207,9 +220,51 @@ func (d *decoder) bytes() ([]byte, error) {
 	return d.take(int(n))
 }
 
-func (d *decoder) end() error {
+func (d *Decoder) End() error {
 	if d.off != len(d.buf) {
 		return d.fail("trailing bytes")
 	}
 	return nil
+}
+
+// AppendInt appends a signed integer in its shortest msgpack form.
+func AppendInt(b []byte, v int64) []byte {
+	if v >= 0 {
+		return AppendUint(b, uint64(v))
+	}
+	if v >= -32 {
+		return append(b, byte(v))
+	}
+	return binary.BigEndian.AppendUint64(append(b, msgpcode.Int64), uint64(v))
+}
+
+// AppendFloat64 appends a float64.
+func AppendFloat64(b []byte, v float64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, msgpcode.Double), math.Float64bits(v))
+}
+
+// Float64 reads a float64, a float32 or any integer as a float64.
+func (d *Decoder) Float64() (float64, error) {
+	if d.off >= len(d.buf) {
+		return 0, d.fail("truncated")
+	}
+	switch c := d.buf[d.off]; {
+	case c == msgpcode.Double:
+		d.off++
+		v, err := d.be(8)
+		return math.Float64frombits(v), err
+	case c == msgpcode.Float:
+		d.off++
+		v, err := d.be(4)
+		return float64(math.Float32frombits(uint32(v))), err
+	case c >= msgpcode.NegFixedNumLow:
+		d.off++
+		return float64(int8(c)), nil
+	case c == msgpcode.Int64:
+		d.off++
+		v, err := d.be(8)
+		return float64(int64(v)), err
+	}
+	v, err := d.Uint()
+	return float64(v), err
 }

@@ -1,0 +1,93 @@
+package bucket
+
+import (
+	"testing"
+	"time"
+)
+
+func drain(s *Store) map[string]Consumption {
+	got := map[string]Consumption{}
+	s.DrainDirty(func(c Consumption) { got[c.Key] = c })
+	return got
+}
+
+func TestTrackingReportsLocalConsumptionOnce(t *testing.T) {
+	s := NewStore(StoreConfig{TrackConsumption: true, EpochBase: 1000})
+	lim := MustLimit(10, time.Second, 10)
+	s.Take(1, []byte("a"), lim, 2, t0)
+	s.Take(1, []byte("a"), lim, 3, t0)
+	s.Charge(1, []byte("peer-only"), lim, 4, t0) // a peer's consumption is not ours to report
+	s.Take(1, []byte("denied"), lim, 10, t0)
+	s.Take(1, []byte("denied"), lim, 1, t0) // denied: not consumption
+
+	got := drain(s)
+	if len(got) != 2 {
+		t.Fatalf("drained %v, want a and denied", got)
+	}
+	a := got["a"]
+	if a.Used != 5 || a.Prev != 0 || a.Epoch <= 1000 || a.NS != 1 {
+		t.Fatalf("a = %+v", a)
+	}
+	if got := drain(s); len(got) != 0 {
+		t.Fatalf("second drain without new consumption: %v", got)
+	}
+	s.Take(1, []byte("a"), lim, 1, at(time.Second))
+	s.Record(1, []byte("a"), 2)
+	if again := drain(s)["a"]; again.Used != 8 || again.Prev != 5 || again.Epoch != a.Epoch {
+		t.Fatalf("after more consumption: %+v", again)
+	}
+}
+
+func TestEvictedAndRecreatedBucketGetsNewEpoch(t *testing.T) {
+	s := NewStore(StoreConfig{TrackConsumption: true})
+	lim := MustLimit(10, time.Second, 10)
+	s.Take(1, []byte("k"), lim, 1, t0)
+	first := drain(s)["k"]
+	if n := s.Sweep(at(time.Second)); n != 1 {
+		t.Fatalf("sweep evicted %d", n)
+	}
+	s.Take(1, []byte("k"), lim, 1, at(time.Second))
+	second := drain(s)["k"]
+	if second.Epoch <= first.Epoch || second.Used != 1 || second.Prev != 0 {
+		t.Fatalf("recreated bucket %+v after %+v", second, first)
+	}
+}
+
+func TestSweepKeepsUndrainedBuckets(t *testing.T) {
+	s := NewStore(StoreConfig{TrackConsumption: true})
+	lim := MustLimit(10, time.Second, 10)
+	s.Take(1, []byte("k"), lim, 1, t0)
+	if n := s.Sweep(at(time.Hour)); n != 0 {
+		t.Fatal("swept a bucket whose consumption was not yet reported")
+	}
+	drain(s)
+	if n := s.Sweep(at(time.Hour)); n != 1 {
+		t.Fatal("did not sweep once reported")
+	}
+}
+
+func TestAdoptOnlyFillsMissingBuckets(t *testing.T) {
+	s := NewStore(StoreConfig{TrackConsumption: true})
+	lim := MustLimit(4, time.Second, 4)
+	if !s.Adopt(1, []byte("new"), lim, -8, t0) {
+		t.Fatal("Adopt refused a missing key")
+	}
+	if b, _ := s.Balance(1, []byte("new"), lim, t0); b != -8 {
+		t.Fatalf("adopted balance %v, want -8", b)
+	}
+	s.Take(1, []byte("mine"), lim, 1, t0)
+	if s.Adopt(1, []byte("mine"), lim, -8, t0) {
+		t.Fatal("Adopt overwrote an existing bucket")
+	}
+	if s.Adopt(1, []byte("full"), lim, 4, t0) {
+		t.Fatal("Adopt created a bucket for a full balance")
+	}
+	var seen []string
+	s.Snapshot(t0, func(Namespace, string) (Limit, bool) { return lim, true }, func(c Consumption, bal float64) bool {
+		seen = append(seen, c.Key)
+		return true
+	})
+	if len(seen) != 2 {
+		t.Fatalf("snapshot listed %v, want the two non-full buckets", seen)
+	}
+}

@@ -1,0 +1,32 @@
+// Package gossip makes Sluice's limits cluster-wide. It wires
+// hashicorp/memberlist for membership (join, leave, failure detection,
+// encryption) and uses its packets to spread what each daemon admitted, so
+// every daemon's buckets reflect the whole cluster's consumption.
+//
+// # What travels
+//
+// Each daemon reports, per key, the cumulative number of tokens it admitted
+// in the current epoch of that key's bucket (a new epoch begins whenever the
+// bucket is created, so one evicted and created again never re-applies old
+// counts). A receiver keeps, per (origin, rule, key), the range of that
+// counter it has already charged, and charges only what lies outside it:
+// duplicated, reordered and lost packets never double-count, and a later
+// packet repairs a lost one. A receiver that first hears of a counter midway
+// charges only the latest increment the packet names, never the whole
+// history. Messages are coalesced: one pending entry per (origin, key), so the
+// queue grows with hot keys, not with the request rate.
+//
+// # How it travels
+//
+// Every GossipInterval the syncer sends its pending counters, batched into
+// UDP packets that fit memberlist's limit. While the cluster has at most
+// FanoutLimit members it sends them to every member (one hop, lowest lag);
+// beyond that it sends each to GossipNodes random members for a few rounds,
+// and receivers relay what was news to them (constant cost per node, about
+// log N rounds). Push-pull (memberlist's periodic TCP state exchange) carries
+// each node's counters and balances, repairing losses and teaching a daemon
+// that restarted or joined late the debts already owed.
+//
+// The package never decides a request and never blocks one: it talks to the
+// daemon's buckets only through the Ledger interface.
+package gossip

@@ -1,0 +1,30 @@
+package gossip
+
+// Ledger is the daemon's side of gossip: its buckets, addressed by rule name
+// and key. All methods are called from the syncer's goroutines, concurrently
+// with decisions and with each other, and must be safe for that; none may
+// block on the network.
+type Ledger interface {
+	// Drain reports this daemon's own consumption that changed since the
+	// last call: per key, the bucket's epoch, the cumulative tokens admitted
+	// locally in that epoch, and the value at the previous drain.
+	Drain(fn func(c Counter))
+	// Charge applies tokens a peer admitted for key under rule, letting the
+	// balance go negative. Keys of rules this daemon does not know are ignored.
+	Charge(rule, key string, tokens uint64)
+	// Snapshot lists this daemon's own counters and the balances of keys that
+	// are not full, for push-pull, until fn returns false.
+	Snapshot(fn func(c Counter, balance float64) bool)
+	// Adopt gives a key for which this daemon holds no bucket the balance a
+	// peer reports, so a restarted or late daemon learns existing debts.
+	Adopt(rule, key string, balance float64)
+}
+
+// Counter is one origin's cumulative consumption of one key in one epoch.
+type Counter struct {
+	Rule  string
+	Key   string
+	Epoch uint64
+	Used  uint64 // cumulative tokens admitted by the origin in this epoch
+	Prev  uint64 // Used as of the origin's previous report (0: first report of the epoch)
+}
