@@ -260,10 +260,12 @@ func (d *Decoder) Float64() (float64, error) {
 	case c >= msgpcode.NegFixedNumLow:
 		d.off++
 		return float64(int8(c)), nil
-	case c == msgpcode.Int64:
+	case c >= msgpcode.Int8 && c <= msgpcode.Int64:
 		d.off++
-		v, err := d.be(8)
-		return float64(int64(v)), err
+		size := 1 << (c - msgpcode.Int8)
+		v, err := d.be(size)
+		shift := 64 - 8*size // sign-extend from size bytes
+		return float64(int64(v<<shift) >> shift), err
 	}
 	v, err := d.Uint()
 	return float64(v), err
