@@ -3,7 +3,9 @@ package config
 import (
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/sluicelabs/sluice/bucket"
@@ -20,8 +22,8 @@ type Settings struct {
 	SocketMode fs.FileMode
 	// RulesPath is the rules file; empty means the embedded default rules.
 	RulesPath string
-	// NodeName names this daemon in logs (and, later, in the cluster).
-	// Default: the hostname.
+	// NodeName names this daemon in logs and in the cluster; it must be
+	// unique in the cluster. Default: the hostname and a random suffix.
 	NodeName string
 
 	// MaxKeys caps buckets held in memory. Default 1,048,576.
@@ -41,7 +43,28 @@ type Settings struct {
 	WriteTimeout time.Duration
 	// ShutdownTimeout bounds how long shutdown waits for in-flight requests. Default 5s.
 	ShutdownTimeout time.Duration
+
+	// Cluster holds the gossip settings; the cluster is off unless
+	// Cluster.Bind or Cluster.Join is set.
+	Cluster ClusterSettings
 }
+
+// ClusterSettings configure membership and gossip (see package gossip).
+type ClusterSettings struct {
+	Bind             string   // ADDR:PORT memberlist listens on (UDP and TCP); default 0.0.0.0:7946 once enabled
+	Advertise        string   // ADDR[:PORT] peers are told; default: the bound address
+	Join             []string // peers to join, HOST:PORT; retried until one answers
+	GossipInterval   time.Duration
+	GossipNodes      int
+	FanoutLimit      int
+	PushPullInterval time.Duration
+	Key              []byte // 16, 24 or 32 bytes: encrypt gossip
+	KeyringFile      string // JSON list of base64 keys, the first one primary
+	Label            string // cluster label checked on every packet
+}
+
+// Enabled reports whether the daemon joins a cluster.
+func (c ClusterSettings) Enabled() bool { return c.Bind != "" || len(c.Join) > 0 }
 
 // Defaults for the daemon's limits.
 const (
@@ -60,6 +83,8 @@ func DefaultSettings() Settings {
 	if err != nil || host == "" {
 		host = "sluiced"
 	}
+	// Unique even for several daemons on one host (tests, testcluster).
+	host += "-" + strconv.FormatUint(rand.Uint64()&0xffff, 16)
 	return Settings{
 		SocketPath:      ipc.DefaultSocketPath(),
 		SocketMode:      DefaultSocketMode,

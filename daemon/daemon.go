@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/gossip"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -23,6 +24,9 @@ type Config struct {
 	// Now is the clock, read once per request. Default: a monotonic clock.
 	// Tests inject their own.
 	Now func() time.Time
+	// Gossip, if set, adjusts the gossip configuration last (testcluster
+	// injects fault-injecting transports and short timeouts through it).
+	Gossip func(*gossip.Config)
 }
 
 // Daemon decides rate-limit requests for the clients of one host.
@@ -34,9 +38,11 @@ type Daemon struct {
 	server   *ipc.Server
 
 	rules atomic.Pointer[ruleSet]
+	syncer *gossip.Syncer // nil when not in a cluster
 
 	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
 	namespaces map[string]bucket.Namespace
+	nsNames    atomic.Pointer[[]string] // namespace → rule name, for gossip
 
 	ready    chan struct{}
 	reloads  atomic.Uint64
@@ -78,7 +84,11 @@ func New(cfg Config) (*Daemon, error) {
 		settings:   s,
 		log:        cfg.Logger,
 		now:        cfg.Now,
-		store:      bucket.NewStore(bucket.StoreConfig{MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen}),
+		store: bucket.NewStore(bucket.StoreConfig{
+			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen,
+			TrackConsumption: s.Cluster.Enabled(),
+			EpochBase:        uint64(time.Now().UnixNano()), // grows across restarts
+		}),
 		namespaces: map[string]bucket.Namespace{},
 		ready:      make(chan struct{}),
 	}
@@ -92,6 +102,12 @@ func New(cfg Config) (*Daemon, error) {
 		Logger:       cfg.Logger.Named("ipc"),
 	}, d)
 	d.apply(rules)
+	if s.Cluster.Enabled() {
+		var err error
+		if d.syncer, err = d.newSyncer(cfg.Gossip); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -113,6 +129,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	rs := d.rules.Load()
 	d.log.Info("sluiced serving", "socket", d.settings.SocketPath, "node", d.settings.NodeName,
 		"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash)
+	if d.syncer != nil {
+		d.syncer.Start()
+		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join)
+	}
 	close(d.ready)
 
 	served := make(chan error, 1)
@@ -134,6 +154,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if serr := <-served; !errors.Is(serr, ipc.ErrServerClosed) {
 		d.log.Warn("serve ended with an error", "error", serr)
 	}
+	if d.syncer != nil {
+		d.syncer.Flush() // peers learn what was admitted last
+		if lerr := d.syncer.Leave(leaveTimeout); lerr != nil {
+			d.log.Warn("leaving the cluster", "error", lerr)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -152,6 +178,9 @@ func (d *Daemon) Rules() *config.Rules { return d.rules.Load().rules }
 
 // Server returns the IPC server, for its counters.
 func (d *Daemon) Server() *ipc.Server { return d.server }
+
+// Syncer returns the gossip syncer, or nil when the daemon is not in a cluster.
+func (d *Daemon) Syncer() *gossip.Syncer { return d.syncer }
 
 // Store returns the bucket store.
 func (d *Daemon) Store() *bucket.Store { return d.store }

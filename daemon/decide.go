@@ -53,6 +53,7 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 		if ar, ok := rs.byName[string(c.Rule)]; ok {
 			// Cannot fail: the key and cost passed Check above.
 			_ = d.store.Charge(ar.ns, c.Key, ar.LimitFor(c.Key), int64(c.Cost), now)
+			d.store.Record(ar.ns, c.Key, int64(c.Cost))
 		}
 	}
 	return true, nil

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/gossip"
 )
 
 // Reload re-reads the rules file. An invalid file changes nothing: the last
@@ -27,6 +28,11 @@ func (d *Daemon) Reload() error {
 	old := d.Rules()
 	d.apply(rules)
 	d.reloads.Add(1)
+	if d.syncer != nil {
+		if err := d.syncer.SetMeta(gossip.Meta{Version: Version, RulesHash: rules.Hash}); err != nil {
+			d.log.Warn("advertising the new rules hash", "error", err)
+		}
+	}
 	d.log.Info("rules reloaded", "path", path, "rule_count", len(rules.ByName), "old_hash", old.Hash, "new_hash", rules.Hash)
 	return nil
 }
@@ -49,6 +55,11 @@ func (d *Daemon) apply(rules *config.Rules) {
 		}
 		next.byName[name] = activeRule{Rule: r, ns: ns}
 	}
+	names := make([]string, len(d.namespaces)+1)
+	for name, ns := range d.namespaces {
+		names[ns] = name
+	}
+	d.nsNames.Store(&names)
 	prev := d.rules.Swap(next)
 	if prev == nil {
 		return

@@ -1,0 +1,160 @@
+package daemon
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/gossip"
+)
+
+// Version is reported to peers in node metadata.
+const Version = "0.1.0"
+
+// ledger is the daemon's side of gossip: it maps rule names to namespaces and
+// limits, and reads the clock for every charge.
+type ledger struct{ d *Daemon }
+
+var _ gossip.Ledger = ledger{}
+
+func (l ledger) Drain(fn func(gossip.Counter)) {
+	names := l.d.nsNames.Load()
+	l.d.store.DrainDirty(func(c bucket.Consumption) {
+		if int(c.NS) < len(*names) {
+			fn(gossip.Counter{Rule: (*names)[c.NS], Key: c.Key, Epoch: c.Epoch, Used: c.Used, Prev: c.Prev})
+		}
+	})
+}
+
+func (l ledger) Charge(rule, key string, tokens uint64) {
+	ar, ok := l.d.rules.Load().byName[rule]
+	if !ok {
+		return
+	}
+	k := []byte(key)
+	_ = l.d.store.Charge(ar.ns, k, ar.LimitFor(k), int64(min(tokens, bucket.MaxCost)), l.d.now())
+}
+
+func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
+	rs := l.d.rules.Load()
+	names := l.d.nsNames.Load()
+	limit := func(ns bucket.Namespace, key string) (bucket.Limit, bool) {
+		if int(ns) >= len(*names) {
+			return bucket.Limit{}, false
+		}
+		ar, ok := rs.byName[(*names)[ns]]
+		if !ok {
+			return bucket.Limit{}, false
+		}
+		return ar.LimitFor([]byte(key)), true
+	}
+	l.d.store.Snapshot(l.d.now(), limit, func(c bucket.Consumption, balance float64) bool {
+		return fn(gossip.Counter{Rule: (*names)[c.NS], Key: c.Key, Epoch: c.Epoch, Used: c.Used, Prev: c.Prev}, balance)
+	})
+}
+
+func (l ledger) Adopt(rule, key string, balance float64) {
+	ar, ok := l.d.rules.Load().byName[rule]
+	if !ok {
+		return
+	}
+	k := []byte(key)
+	l.d.store.Adopt(ar.ns, k, ar.LimitFor(k), balance, l.d.now())
+}
+
+// newSyncer builds the gossip syncer from the daemon's cluster settings.
+func (d *Daemon) newSyncer(extra func(*gossip.Config)) (*gossip.Syncer, error) {
+	c := d.settings.Cluster
+	cfg := gossip.Config{
+		NodeName:         d.settings.NodeName,
+		Join:             c.Join,
+		GossipInterval:   c.GossipInterval,
+		GossipNodes:      c.GossipNodes,
+		FanoutLimit:      c.FanoutLimit,
+		PushPullInterval: c.PushPullInterval,
+		SecretKey:        c.Key,
+		Label:            c.Label,
+		Meta:             gossip.Meta{Version: Version, RulesHash: d.Rules().Hash},
+		Logger:           d.log.Named("gossip"),
+	}
+	bind := c.Bind
+	if bind == "" {
+		bind = "0.0.0.0:" + strconv.Itoa(gossip.DefaultBindPort)
+	}
+	var err error
+	if cfg.BindAddr, cfg.BindPort, err = splitHostPort(bind, gossip.DefaultBindPort); err != nil {
+		return nil, fmt.Errorf("cluster bind %q: %w", bind, err)
+	}
+	if c.Advertise != "" {
+		if cfg.AdvertiseAddr, cfg.AdvertisePort, err = splitHostPort(c.Advertise, 0); err != nil {
+			return nil, fmt.Errorf("cluster advertise %q: %w", c.Advertise, err)
+		}
+	}
+	if c.KeyringFile != "" {
+		if cfg.Keyring, err = loadKeyring(c.KeyringFile); err != nil {
+			return nil, err
+		}
+	}
+	if extra != nil {
+		extra(&cfg)
+	}
+	return gossip.New(cfg, ledger{d})
+}
+
+func splitHostPort(s string, defaultPort int) (string, int, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return s, defaultPort, nil // a bare address
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", port)
+	}
+	return host, p, nil
+}
+
+// loadKeyring reads a JSON list of base64 keys; the first is used to encrypt.
+func loadKeyring(path string) (*memberlist.Keyring, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load keyring: %w", err)
+	}
+	var encoded []string
+	if err := json.Unmarshal(data, &encoded); err != nil || len(encoded) == 0 {
+		return nil, fmt.Errorf("load keyring %s: want a JSON list of base64 keys, the first primary", path)
+	}
+	keys := make([][]byte, len(encoded))
+	for i, e := range encoded {
+		if keys[i], err = DecodeKey(e); err != nil {
+			return nil, fmt.Errorf("load keyring %s: key %d: %w", path, i, err)
+		}
+	}
+	kr, err := memberlist.NewKeyring(keys, keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("load keyring %s: %w", path, err)
+	}
+	return kr, nil
+}
+
+// DecodeKey decodes a base64 gossip key of 16, 24 or 32 bytes.
+func DecodeKey(s string) ([]byte, error) {
+	k, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key is not base64: %w", err)
+	}
+	switch len(k) {
+	case 16, 24, 32:
+		return k, nil
+	}
+	return nil, fmt.Errorf("gossip key of %d bytes; want 16, 24 or 32", len(k))
+}
+
+// leaveTimeout bounds how long a leaving daemon waits for its departure to spread.
+const leaveTimeout = 2 * time.Second

@@ -1,0 +1,130 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+)
+
+// Config configures a Syncer. Zero fields take the defaults noted.
+type Config struct {
+	// NodeName must be unique in the cluster. Required.
+	NodeName string
+	// BindAddr and BindPort: where memberlist listens (UDP and TCP on the
+	// same port). Port 0 picks a free one. Default 0.0.0.0:7946.
+	BindAddr string
+	BindPort int
+	// AdvertiseAddr and AdvertisePort: what peers are told to reach; empty
+	// means the bound address (or a private IP when bound to 0.0.0.0).
+	AdvertiseAddr string
+	AdvertisePort int
+	// Join lists peers (host:port, names or addresses) to join. Joining is
+	// retried with backoff in the background until one answers.
+	Join []string
+
+	// GossipInterval is how often pending counters are sent: the lag
+	// between an admission here and its charge elsewhere. Default 20ms.
+	GossipInterval time.Duration
+	// GossipNodes is how many random peers each round reaches once the
+	// cluster is larger than FanoutLimit. Default 4.
+	GossipNodes int
+	// FanoutLimit is the largest cluster in which counters go straight to
+	// every member. Default 16.
+	FanoutLimit int
+	// PushPullInterval is how often a full state exchange with one random
+	// peer repairs lost packets. Default 10s.
+	PushPullInterval time.Duration
+	// PacketSize bounds a counters packet. Default 1300 bytes, which fits
+	// memberlist's UDP buffer with encryption and a label.
+	PacketSize int
+
+	// SecretKey (16, 24 or 32 bytes) or Keyring turns on encryption: a node
+	// without the key can neither join nor be heard.
+	SecretKey []byte
+	Keyring   *memberlist.Keyring
+	// Label is checked on every packet, keeping clusters on one network apart.
+	// Default "sluice".
+	Label string
+
+	// Meta is advertised to peers (at most 512 bytes once encoded).
+	Meta Meta
+
+	// MaxSeen caps the (origin, rule, key) counters remembered. Default 1<<20.
+	MaxSeen int
+	// MaxPending caps counters waiting to be sent. Default 1<<18.
+	MaxPending int
+
+	// Logger receives the syncer's and memberlist's logs. Default: discard.
+	Logger hclog.Logger
+	// WrapTransport, if set, wraps memberlist's network transport (tests use
+	// it to drop, duplicate, reorder or partition traffic).
+	WrapTransport func(memberlist.Transport) memberlist.Transport
+	// MemberlistConfig, if set, adjusts memberlist's configuration last
+	// (tests shorten its timeouts).
+	MemberlistConfig func(*memberlist.Config)
+}
+
+// Meta is what a node tells its peers about itself.
+type Meta struct {
+	Version   string
+	RulesHash string
+}
+
+// Defaults for Config's zero fields.
+const (
+	DefaultBindPort         = 7946
+	DefaultGossipInterval   = 20 * time.Millisecond
+	DefaultGossipNodes      = 4
+	DefaultFanoutLimit      = 16
+	DefaultPushPullInterval = 10 * time.Second
+	DefaultPacketSize       = 1300
+	DefaultLabel            = "sluice"
+)
+
+func (c *Config) setDefaults() error {
+	if c.NodeName == "" {
+		return errors.New("gossip: node name is required")
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = "0.0.0.0"
+	}
+	if c.GossipInterval <= 0 {
+		c.GossipInterval = DefaultGossipInterval
+	}
+	if c.GossipNodes <= 0 {
+		c.GossipNodes = DefaultGossipNodes
+	}
+	if c.FanoutLimit <= 0 {
+		c.FanoutLimit = DefaultFanoutLimit
+	}
+	if c.PushPullInterval <= 0 {
+		c.PushPullInterval = DefaultPushPullInterval
+	}
+	if c.PacketSize <= 0 {
+		c.PacketSize = DefaultPacketSize
+	}
+	if c.PacketSize < 256 || c.PacketSize > 1350 {
+		return fmt.Errorf("gossip: packet size %d must be in [256, 1350]", c.PacketSize)
+	}
+	if c.Label == "" {
+		c.Label = DefaultLabel
+	}
+	if c.MaxSeen <= 0 {
+		c.MaxSeen = 1 << 20
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 1 << 18
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	switch len(c.SecretKey) {
+	case 0, 16, 24, 32:
+	default:
+		return fmt.Errorf("gossip: secret key of %d bytes; want 16, 24 or 32", len(c.SecretKey))
+	}
+	return nil
+}

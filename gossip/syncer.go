@@ -1,0 +1,501 @@
+package gossip
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+
+	"github.com/sluicelabs/sluice/ipc/mp"
+)
+
+// Syncer is one daemon's membership in the cluster and its exchange of
+// consumption with the other members.
+type Syncer struct {
+	cfg    Config
+	ledger Ledger
+	log    hclog.Logger
+	ml     *memberlist.Memberlist
+	self   string
+
+	mu      sync.Mutex
+	pending map[counterKey]*pendingCounter
+	seen    map[counterKey]*seenRange
+	meta    []byte
+	rnd     *rand.Rand
+
+	paused   atomic.Bool
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	stats    Stats
+}
+
+type counterKey struct{ origin, rule, key string }
+
+type pendingCounter struct {
+	c         Counter
+	transmits int // rounds left to send it in
+}
+
+// seenRange is the part [lo, hi] of an origin's counter already charged here.
+type seenRange struct{ epoch, lo, hi uint64 }
+
+// Stats counts a syncer's traffic; read it with Stats.
+type Stats struct {
+	PacketsSent, BytesSent         atomic.Uint64
+	PacketsReceived, BytesReceived atomic.Uint64
+	BadPackets                     atomic.Uint64 // peers' packets that failed to decode
+	TokensCharged                  atomic.Uint64 // tokens charged here on peers' behalf
+	StatesMerged                   atomic.Uint64
+}
+
+// New creates the syncer and binds memberlist's port. It joins no one and
+// sends nothing until Start.
+func New(cfg Config, ledger Ledger) (*Syncer, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Syncer{
+		cfg:     cfg,
+		ledger:  ledger,
+		log:     cfg.Logger,
+		self:    cfg.NodeName,
+		pending: map[counterKey]*pendingCounter{},
+		seen:    map[counterKey]*seenRange{},
+		rnd:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		stop:    make(chan struct{}),
+	}
+	s.meta = encodeMeta(cfg.Meta)
+
+	mlc := memberlist.DefaultLANConfig()
+	mlc.Name = cfg.NodeName
+	mlc.BindAddr, mlc.BindPort = cfg.BindAddr, cfg.BindPort
+	mlc.AdvertiseAddr, mlc.AdvertisePort = cfg.AdvertiseAddr, cfg.AdvertisePort
+	mlc.PushPullInterval = cfg.PushPullInterval
+	mlc.EnableCompression = false // counters are small binary; compression doubled CPU
+	mlc.Label = cfg.Label
+	mlc.SecretKey, mlc.Keyring = cfg.SecretKey, cfg.Keyring
+	mlc.Delegate = (*delegate)(s)
+	mlc.Events = (*events)(s)
+	mlc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{cfg.BindAddr},
+		BindPort:  cfg.BindPort,
+		Logger:    mlc.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gossip: bind %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
+	}
+	mlc.BindPort = nt.GetAutoBindPort()
+	if mlc.AdvertiseAddr != "" && mlc.AdvertisePort == 0 {
+		mlc.AdvertisePort = mlc.BindPort
+	}
+	mlc.Transport = nt
+	if cfg.WrapTransport != nil {
+		mlc.Transport = cfg.WrapTransport(nt)
+	}
+	if cfg.MemberlistConfig != nil {
+		cfg.MemberlistConfig(mlc)
+	}
+	s.ml, err = memberlist.Create(mlc)
+	if err != nil {
+		nt.Shutdown()
+		return nil, fmt.Errorf("gossip: start memberlist: %w", err)
+	}
+	return s, nil
+}
+
+// Start begins gossiping and, if peers were given, joining them in the
+// background (retrying with backoff until one answers).
+func (s *Syncer) Start() {
+	s.wg.Add(1)
+	go s.gossipLoop()
+	if len(s.cfg.Join) > 0 {
+		s.wg.Add(1)
+		go s.joinLoop()
+	}
+}
+
+// Addr is the address and port peers reach this node at.
+func (s *Syncer) Addr() string {
+	n := s.ml.LocalNode()
+	return n.Address()
+}
+
+// Join joins the given peers now, returning how many answered.
+func (s *Syncer) Join(peers []string) (int, error) { return s.ml.Join(peers) }
+
+// Leave tells the cluster this node is going, waits up to timeout for that
+// to spread, and shuts the syncer down. It is safe to call more than once.
+func (s *Syncer) Leave(timeout time.Duration) error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		err = s.ml.Leave(timeout)
+		if serr := s.ml.Shutdown(); err == nil {
+			err = serr
+		}
+	})
+	return err
+}
+
+// Shutdown stops without telling anyone, as a crash would. Tests use it.
+func (s *Syncer) Shutdown() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		err = s.ml.Shutdown()
+	})
+	return err
+}
+
+// Pause holds sending: consumption accumulates and goes out, coalesced, once
+// resumed. Membership and receiving carry on. Tests use it to make "all of
+// this load lands before any gossip" deterministic.
+func (s *Syncer) Pause(paused bool) { s.paused.Store(paused) }
+
+// Flush sends what is pending now instead of at the next round.
+func (s *Syncer) Flush() { s.round() }
+
+// Stats returns the syncer's counters.
+func (s *Syncer) Stats() *Stats { return &s.stats }
+
+// Member is one node as this node sees it.
+type Member struct {
+	Name  string
+	Addr  string
+	State string // alive, suspect, dead or left
+	Meta  Meta
+}
+
+// Members lists the cluster's members as this node sees them, itself included.
+func (s *Syncer) Members() []Member {
+	nodes := s.ml.Members()
+	out := make([]Member, 0, len(nodes))
+	for _, n := range nodes {
+		m := Member{Name: n.Name, Addr: n.Address(), State: stateName(n.State)}
+		m.Meta, _ = decodeMeta(n.Meta)
+		out = append(out, m)
+	}
+	return out
+}
+
+// NumAlive is the number of members (this one included) believed alive.
+func (s *Syncer) NumAlive() int { return s.ml.NumMembers() }
+
+// SetMeta re-advertises this node's metadata, e.g. after a rules reload.
+func (s *Syncer) SetMeta(m Meta) error {
+	s.mu.Lock()
+	s.meta = encodeMeta(m)
+	s.mu.Unlock()
+	return s.ml.UpdateNode(time.Second)
+}
+
+func (s *Syncer) joinLoop() {
+	defer s.wg.Done()
+	backoff := 200 * time.Millisecond
+	for {
+		n, err := s.ml.Join(s.cfg.Join)
+		if n > 0 {
+			s.log.Info("joined cluster", "peers_answered", n, "members", s.ml.NumMembers())
+			return
+		}
+		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		s.log.Warn("join failed; retrying", "peers", s.cfg.Join, "error", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (s *Syncer) gossipLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.GossipInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.round()
+		}
+	}
+}
+
+// retransmits is how many rounds a counter is sent in when gossip is relayed.
+func retransmits(n int) int { return 3 * int(math.Ceil(math.Log10(float64(n+1)))) }
+
+// round sends what is pending: to every member in small clusters, to
+// GossipNodes random members in large ones.
+func (s *Syncer) round() {
+	if s.paused.Load() {
+		return
+	}
+	var own []Counter
+	s.ledger.Drain(func(c Counter) { own = append(own, c) })
+
+	members := s.ml.Members()
+	targets := make([]*memberlist.Node, 0, len(members))
+	for _, n := range members {
+		if n.Name != s.self && n.State == memberlist.StateAlive {
+			targets = append(targets, n)
+		}
+	}
+	fanout := len(targets)+1 <= s.cfg.FanoutLimit
+
+	s.mu.Lock()
+	transmits := 1
+	if !fanout {
+		transmits = retransmits(len(targets) + 1)
+	}
+	for _, c := range own {
+		s.queueLocked(s.self, c, transmits)
+	}
+	if len(s.pending) == 0 || len(targets) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	w := newPacketWriter(s.self, s.cfg.PacketSize)
+	for k, p := range s.pending {
+		w.add(k.origin, p.c)
+		if p.transmits--; p.transmits <= 0 {
+			delete(s.pending, k)
+		}
+	}
+	if !fanout && len(targets) > s.cfg.GossipNodes {
+		s.rnd.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
+		targets = targets[:s.cfg.GossipNodes]
+	}
+	s.mu.Unlock()
+
+	for _, p := range w.packets() {
+		for _, n := range targets {
+			if err := s.ml.SendBestEffort(n, p); err != nil {
+				s.log.Debug("send failed", "to", n.Name, "error", err)
+				continue
+			}
+			s.stats.PacketsSent.Add(1)
+			s.stats.BytesSent.Add(uint64(len(p)))
+		}
+	}
+}
+
+// queueLocked makes c pending, coalescing with what is already pending for
+// the same (origin, rule, key): one entry each, the newest counter, the
+// earliest previous value not yet sent. Caller holds s.mu.
+func (s *Syncer) queueLocked(origin string, c Counter, transmits int) {
+	k := counterKey{origin, c.Rule, c.Key}
+	p, ok := s.pending[k]
+	switch {
+	case !ok:
+		if len(s.pending) >= s.cfg.MaxPending && origin != s.self {
+			return // relays are best-effort; push-pull repairs what is dropped
+		}
+		s.pending[k] = &pendingCounter{c: c, transmits: transmits}
+	case c.Epoch > p.c.Epoch:
+		*p = pendingCounter{c: c, transmits: transmits}
+	case c.Epoch == p.c.Epoch:
+		p.c.Used = max(p.c.Used, c.Used)
+		p.c.Prev = min(p.c.Prev, c.Prev)
+		p.transmits = max(p.transmits, transmits)
+	}
+}
+
+// applyLocked records an origin's counter and returns the tokens not yet
+// charged here, and whether it told this node anything new. Caller holds s.mu.
+func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool) {
+	k := counterKey{origin, c.Rule, c.Key}
+	sr := s.seen[k]
+	switch {
+	case sr == nil:
+		if len(s.seen) >= s.cfg.MaxSeen {
+			for victim := range s.seen { // random entry
+				delete(s.seen, victim)
+				break
+			}
+		}
+		s.seen[k] = &seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used}
+		return c.Used - c.Prev, true
+	case c.Epoch > sr.epoch:
+		*sr = seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used}
+		return c.Used - c.Prev, true
+	case c.Epoch < sr.epoch:
+		return 0, false
+	}
+	if c.Used > sr.hi {
+		charge += c.Used - sr.hi // everything above hi is new, gaps included
+		sr.hi, news = c.Used, true
+	}
+	if c.Prev < sr.lo {
+		charge += min(c.Used, sr.lo) - c.Prev
+		sr.lo, news = c.Prev, true
+	}
+	return charge, news
+}
+
+type charge struct {
+	rule, key string
+	tokens    uint64
+}
+
+// receive applies a counters packet from a peer.
+func (s *Syncer) receive(b []byte) {
+	s.stats.PacketsReceived.Add(1)
+	s.stats.BytesReceived.Add(uint64(len(b)))
+	var charges []charge
+	relay := s.ml.NumMembers() > s.cfg.FanoutLimit
+	transmits := retransmits(s.ml.NumMembers())
+	s.mu.Lock()
+	sender, err := decodeCounters(b, func(origin string, c Counter) {
+		if origin == s.self {
+			return
+		}
+		tokens, news := s.applyLocked(origin, c)
+		if tokens > 0 {
+			charges = append(charges, charge{c.Rule, c.Key, tokens})
+		}
+		if news && relay {
+			s.queueLocked(origin, c, transmits)
+		}
+	})
+	s.mu.Unlock()
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.log.Warn("dropped a malformed gossip packet", "bytes", len(b), "error", err)
+		return
+	}
+	_ = sender
+	s.charge(charges)
+}
+
+func (s *Syncer) charge(charges []charge) {
+	for _, c := range charges {
+		s.ledger.Charge(c.rule, c.key, c.tokens)
+		s.stats.TokensCharged.Add(c.tokens)
+	}
+}
+
+// stateBudget bounds a push-pull state (memberlist allows 20 MiB).
+const stateBudget = 8 << 20
+
+func (s *Syncer) localState() []byte {
+	var entries []stateEntry
+	size := 0
+	s.ledger.Snapshot(func(c Counter, balance float64) bool {
+		size += entryOverhead + len(c.Rule) + len(c.Key) + 9
+		if size > stateBudget {
+			return false
+		}
+		entries = append(entries, stateEntry{c: c, balance: balance})
+		return true
+	})
+	return encodeState(s.self, entries)
+}
+
+func (s *Syncer) mergeState(b []byte) {
+	origin, entries, err := decodeState(b)
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.log.Warn("dropped a malformed push-pull state", "bytes", len(b), "error", err)
+		return
+	}
+	if origin == s.self {
+		return
+	}
+	s.stats.StatesMerged.Add(1)
+	for _, e := range entries {
+		s.ledger.Adopt(e.c.Rule, e.c.Key, e.balance)
+	}
+	var charges []charge
+	s.mu.Lock()
+	for _, e := range entries {
+		if tokens, _ := s.applyLocked(origin, e.c); tokens > 0 {
+			charges = append(charges, charge{e.c.Rule, e.c.Key, tokens})
+		}
+	}
+	s.mu.Unlock()
+	s.charge(charges)
+}
+
+func encodeMeta(m Meta) []byte {
+	b := mp.AppendArrayHeader(nil, 2)
+	b = mp.AppendStr(b, m.Version)
+	return mp.AppendStr(b, m.RulesHash)
+}
+
+func decodeMeta(b []byte) (Meta, error) {
+	d := mp.NewDecoder(b)
+	var m Meta
+	if n, err := d.ArrayLen(); err != nil || n != 2 {
+		return m, orMalformed(err, &d, "meta must have 2 fields")
+	}
+	v, err := str(&d, 128, "version")
+	if err != nil {
+		return m, err
+	}
+	h, err := str(&d, 128, "rules hash")
+	if err != nil {
+		return m, err
+	}
+	return Meta{Version: v, RulesHash: h}, d.End()
+}
+
+func stateName(st memberlist.NodeStateType) string {
+	switch st {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return "state-" + strconv.Itoa(int(st))
+}
+
+// delegate adapts the syncer to memberlist.Delegate.
+type delegate Syncer
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.meta) > limit {
+		return nil
+	}
+	return d.meta
+}
+
+func (d *delegate) NotifyMsg(b []byte)                         { (*Syncer)(d).receive(b) }
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return (*Syncer)(d).localState() }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     { (*Syncer)(d).mergeState(buf) }
+
+// events logs membership changes.
+type events Syncer
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	e.log.Info("member left or died", "name", n.Name, "state", stateName(n.State))
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.log.Debug("member updated", "name", n.Name)
+}

@@ -1,0 +1,266 @@
+package gossip
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sluicelabs/sluice/ipc/mp"
+)
+
+// Wire formats, msgpack arrays decoded by hand with every count and length
+// checked against the bytes present before anything is allocated:
+//
+//	counters packet  [1, sender, [origin, ...], [[origin_index, rule, key, epoch, prev, used], ...]]
+//	push-pull state  [2, origin, [[rule, key, epoch, used, balance], ...]]
+const (
+	msgCounters = 1
+	msgState    = 2
+)
+
+// Caps on what a peer may make this node decode.
+const (
+	maxOrigins      = 1024
+	maxNameLen      = 512 // node names
+	maxRuleLen      = 128
+	maxKeyLen       = 64 << 10
+	maxStateEntries = 1 << 20
+)
+
+// entryOverhead bounds the encoded size of a counter entry beyond its
+// strings: array header, origin index, two string headers, three uint64s.
+const entryOverhead = 1 + 3 + 2*5 + 3*9
+
+// packetWriter batches counter entries into packets no larger than limit.
+type packetWriter struct {
+	limit   int
+	sender  string
+	origins []string
+	index   map[string]int
+	body    []byte
+	n       int
+	out     [][]byte // finished packets
+}
+
+func newPacketWriter(sender string, limit int) *packetWriter {
+	return &packetWriter{limit: limit, sender: sender, index: map[string]int{}}
+}
+
+func (w *packetWriter) headerSize(extraOrigin string) int {
+	n := 1 + 1 + 5 + len(w.sender) + 5 + 5
+	for _, o := range w.origins {
+		n += 5 + len(o)
+	}
+	if extraOrigin != "" {
+		n += 5 + len(extraOrigin)
+	}
+	return n
+}
+
+// add appends one counter from origin, starting a new packet when it would not fit.
+func (w *packetWriter) add(origin string, c Counter) {
+	size := entryOverhead + len(c.Rule) + len(c.Key)
+	newOrigin := ""
+	if _, ok := w.index[origin]; !ok {
+		newOrigin = origin
+	}
+	if w.n > 0 && w.headerSize(newOrigin)+len(w.body)+size > w.limit {
+		w.flush()
+		newOrigin = origin
+	}
+	idx, ok := w.index[origin]
+	if !ok {
+		idx = len(w.origins)
+		w.origins = append(w.origins, origin)
+		w.index[origin] = idx
+	}
+	b := mp.AppendArrayHeader(w.body, 6)
+	b = mp.AppendUint(b, uint64(idx))
+	b = mp.AppendStr(b, c.Rule)
+	b = mp.AppendStr(b, c.Key)
+	b = mp.AppendUint(b, c.Epoch)
+	b = mp.AppendUint(b, c.Prev)
+	b = mp.AppendUint(b, c.Used)
+	w.body = b
+	w.n++
+}
+
+func (w *packetWriter) flush() {
+	if w.n == 0 {
+		return
+	}
+	p := make([]byte, 0, w.headerSize("")+len(w.body))
+	p = mp.AppendArrayHeader(p, 4)
+	p = mp.AppendUint(p, msgCounters)
+	p = mp.AppendStr(p, w.sender)
+	p = mp.AppendArrayHeader(p, len(w.origins))
+	for _, o := range w.origins {
+		p = mp.AppendStr(p, o)
+	}
+	p = mp.AppendArrayHeader(p, w.n)
+	p = append(p, w.body...)
+	w.out = append(w.out, p)
+	w.origins, w.body, w.n = w.origins[:0], w.body[:0], 0
+	clear(w.index)
+}
+
+// packets finishes the last packet and returns them all.
+func (w *packetWriter) packets() [][]byte {
+	w.flush()
+	out := w.out
+	w.out = nil
+	return out
+}
+
+func str(d *mp.Decoder, max int, what string) (string, error) {
+	b, err := d.Bytes()
+	if err != nil {
+		return "", err
+	}
+	if len(b) > max {
+		return "", d.Fail(fmt.Sprintf("%s of %d bytes, limit %d", what, len(b), max))
+	}
+	return string(b), nil
+}
+
+// decodeCounters decodes a counters packet, calling fn per entry after the
+// whole packet has been validated: a malformed packet applies nothing.
+func decodeCounters(b []byte, fn func(origin string, c Counter)) (sender string, err error) {
+	d := mp.NewDecoder(b)
+	if n, err := d.ArrayLen(); err != nil || n != 4 {
+		return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "want 4 fields"))
+	}
+	if t, err := d.Uint(); err != nil || t != msgCounters {
+		return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "wrong type"))
+	}
+	if sender, err = str(&d, maxNameLen, "sender"); err != nil {
+		return "", fmt.Errorf("counters packet: %w", err)
+	}
+	no, err := d.ArrayLen()
+	if err != nil || no > maxOrigins {
+		return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "too many origins"))
+	}
+	origins := make([]string, no)
+	for i := range origins {
+		if origins[i], err = str(&d, maxNameLen, "origin"); err != nil {
+			return "", fmt.Errorf("counters packet: %w", err)
+		}
+	}
+	ne, err := d.ArrayLen()
+	if err != nil {
+		return "", fmt.Errorf("counters packet: %w", err)
+	}
+	type item struct {
+		origin string
+		c      Counter
+	}
+	items := make([]item, 0, min(ne, 256))
+	for range ne {
+		if m, err := d.ArrayLen(); err != nil || m != 6 {
+			return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "entry must have 6 fields"))
+		}
+		oi, err := d.Uint()
+		if err != nil || oi >= uint64(len(origins)) {
+			return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "origin index out of range"))
+		}
+		var c Counter
+		if c.Rule, err = str(&d, maxRuleLen, "rule"); err != nil {
+			return "", fmt.Errorf("counters packet: %w", err)
+		}
+		if c.Key, err = str(&d, maxKeyLen, "key"); err != nil {
+			return "", fmt.Errorf("counters packet: %w", err)
+		}
+		for _, f := range []*uint64{&c.Epoch, &c.Prev, &c.Used} {
+			if *f, err = d.Uint(); err != nil {
+				return "", fmt.Errorf("counters packet: %w", err)
+			}
+		}
+		if c.Prev > c.Used {
+			return "", fmt.Errorf("counters packet: %w", d.Fail("prev above used"))
+		}
+		items = append(items, item{origins[oi], c})
+	}
+	if err := d.End(); err != nil {
+		return "", fmt.Errorf("counters packet: %w", err)
+	}
+	for _, it := range items {
+		fn(it.origin, it.c)
+	}
+	return sender, nil
+}
+
+// stateEntry is one line of a push-pull state.
+type stateEntry struct {
+	c       Counter
+	balance float64
+}
+
+func encodeState(origin string, entries []stateEntry) []byte {
+	b := mp.AppendArrayHeader(nil, 3)
+	b = mp.AppendUint(b, msgState)
+	b = mp.AppendStr(b, origin)
+	b = mp.AppendArrayHeader(b, len(entries))
+	for _, e := range entries {
+		b = mp.AppendArrayHeader(b, 5)
+		b = mp.AppendStr(b, e.c.Rule)
+		b = mp.AppendStr(b, e.c.Key)
+		b = mp.AppendUint(b, e.c.Epoch)
+		b = mp.AppendUint(b, e.c.Used)
+		b = mp.AppendFloat64(b, e.balance)
+	}
+	return b
+}
+
+func decodeState(b []byte) (origin string, entries []stateEntry, err error) {
+	d := mp.NewDecoder(b)
+	if n, err := d.ArrayLen(); err != nil || n != 3 {
+		return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "want 3 fields"))
+	}
+	if t, err := d.Uint(); err != nil || t != msgState {
+		return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "wrong type"))
+	}
+	if origin, err = str(&d, maxNameLen, "origin"); err != nil {
+		return "", nil, fmt.Errorf("push-pull state: %w", err)
+	}
+	n, err := d.ArrayLen()
+	if err != nil || n > maxStateEntries {
+		return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "too many entries"))
+	}
+	entries = make([]stateEntry, 0, min(n, 4096))
+	for range n {
+		if m, err := d.ArrayLen(); err != nil || m != 5 {
+			return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "entry must have 5 fields"))
+		}
+		var e stateEntry
+		if e.c.Rule, err = str(&d, maxRuleLen, "rule"); err != nil {
+			return "", nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.c.Key, err = str(&d, maxKeyLen, "key"); err != nil {
+			return "", nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.c.Epoch, err = d.Uint(); err != nil {
+			return "", nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.c.Used, err = d.Uint(); err != nil {
+			return "", nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.balance, err = d.Float64(); err != nil {
+			return "", nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if math.IsNaN(e.balance) || math.IsInf(e.balance, 0) {
+			return "", nil, fmt.Errorf("push-pull state: %w", d.Fail("balance not finite"))
+		}
+		e.c.Prev = e.c.Used
+		entries = append(entries, e)
+	}
+	if err := d.End(); err != nil {
+		return "", nil, fmt.Errorf("push-pull state: %w", err)
+	}
+	return origin, entries, nil
+}
+
+func orMalformed(err error, d *mp.Decoder, what string) error {
+	if err != nil {
+		return err
+	}
+	return d.Fail(what)
+}
