@@ -37,7 +37,7 @@ type Daemon struct {
 	store    *bucket.Store
 	server   *ipc.Server
 
-	rules atomic.Pointer[ruleSet]
+	rules  atomic.Pointer[ruleSet]
 	syncer *gossip.Syncer // nil when not in a cluster
 
 	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
@@ -81,9 +81,9 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	s := cfg.Settings
 	d := &Daemon{
-		settings:   s,
-		log:        cfg.Logger,
-		now:        cfg.Now,
+		settings: s,
+		log:      cfg.Logger,
+		now:      cfg.Now,
 		store: bucket.NewStore(bucket.StoreConfig{
 			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen,
 			TrackConsumption: s.Cluster.Enabled(),
