@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/gossip"
 )
 
 func main() {
@@ -43,6 +44,17 @@ func app() *cli.App {
 			&cli.IntFlag{Name: "max-conns", Value: def.MaxConns, EnvVars: []string{"SLUICE_MAX_CONNS"}, Usage: "most concurrent client connections"},
 			&cli.DurationFlag{Name: "sweep-interval", Value: def.SweepInterval, EnvVars: []string{"SLUICE_SWEEP_INTERVAL"}, Usage: "how often idle full buckets are evicted"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: def.ShutdownTimeout, EnvVars: []string{"SLUICE_SHUTDOWN_TIMEOUT"}, Usage: "how long shutdown waits for in-flight requests"},
+
+			&cli.StringFlag{Name: "bind", EnvVars: []string{"SLUICE_BIND"}, Usage: "ADDR:PORT for cluster gossip (UDP and TCP); setting it or --join turns the cluster on (default port 7946)", Category: "cluster"},
+			&cli.StringFlag{Name: "advertise", EnvVars: []string{"SLUICE_ADVERTISE"}, Usage: "ADDR[:PORT] peers should use to reach this node (default: the bound address)", Category: "cluster"},
+			&cli.StringSliceFlag{Name: "join", EnvVars: []string{"SLUICE_JOIN"}, Usage: "peers to join, HOST:PORT, comma-separated; retried in the background until one answers", Category: "cluster"},
+			&cli.DurationFlag{Name: "gossip-interval", Value: gossip.DefaultGossipInterval, EnvVars: []string{"SLUICE_GOSSIP_INTERVAL"}, Usage: "how often consumption is sent to peers: the main accuracy/cost knob", Category: "cluster"},
+			&cli.IntFlag{Name: "gossip-nodes", Value: gossip.DefaultGossipNodes, EnvVars: []string{"SLUICE_GOSSIP_NODES"}, Usage: "peers reached per round once the cluster outgrows --fanout-limit", Category: "cluster"},
+			&cli.IntFlag{Name: "fanout-limit", Value: gossip.DefaultFanoutLimit, EnvVars: []string{"SLUICE_FANOUT_LIMIT"}, Usage: "largest cluster in which consumption goes straight to every member", Category: "cluster"},
+			&cli.DurationFlag{Name: "push-pull-interval", Value: gossip.DefaultPushPullInterval, EnvVars: []string{"SLUICE_PUSH_PULL_INTERVAL"}, Usage: "how often full state is exchanged with a random peer (repairs losses)", Category: "cluster"},
+			&cli.StringFlag{Name: "gossip-key", EnvVars: []string{"SLUICE_GOSSIP_KEY"}, Usage: "base64 key of 16, 24 or 32 bytes: encrypt gossip", Category: "cluster"},
+			&cli.StringFlag{Name: "gossip-keyring", EnvVars: []string{"SLUICE_GOSSIP_KEYRING"}, Usage: "JSON file listing base64 keys, the first used to encrypt (for key rotation)", Category: "cluster"},
+			&cli.StringFlag{Name: "cluster-label", Value: gossip.DefaultLabel, EnvVars: []string{"SLUICE_CLUSTER_LABEL"}, Usage: "label on every packet: keeps clusters on one network apart", Category: "cluster"},
 		},
 		Action: run,
 	}
@@ -63,6 +75,24 @@ func run(c *cli.Context) error {
 	s.MaxConns = c.Int("max-conns")
 	s.SweepInterval = c.Duration("sweep-interval")
 	s.ShutdownTimeout = c.Duration("shutdown-timeout")
+	s.Cluster = config.ClusterSettings{
+		Bind:             c.String("bind"),
+		Advertise:        c.String("advertise"),
+		Join:             c.StringSlice("join"),
+		GossipInterval:   c.Duration("gossip-interval"),
+		GossipNodes:      c.Int("gossip-nodes"),
+		FanoutLimit:      c.Int("fanout-limit"),
+		PushPullInterval: c.Duration("push-pull-interval"),
+		KeyringFile:      c.String("gossip-keyring"),
+		Label:            c.String("cluster-label"),
+	}
+	if k := c.String("gossip-key"); k != "" {
+		key, err := daemon.DecodeKey(k)
+		if err != nil {
+			return fmt.Errorf("--gossip-key: %w", err)
+		}
+		s.Cluster.Key = key
+	}
 
 	level := hclog.LevelFromString(c.String("log-level"))
 	if level == hclog.NoLevel {

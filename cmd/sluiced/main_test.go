@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -258,4 +260,74 @@ func TestBadFlagsAndRulesExitNonZero(t *testing.T) {
 			t.Errorf("sluiced %v: err %v, output %q, want it to mention %q", tt.args, err, out, tt.want)
 		}
 	}
+}
+
+// freePort returns a loopback port nobody listens on (UDP and TCP).
+func freePort(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			u.Close()
+			return fmt.Sprint(port)
+		}
+	}
+	t.Fatal("no free port")
+	return ""
+}
+
+// Two real processes form a cluster; the second starts first and keeps
+// retrying its join in the background while already serving its socket.
+func TestTwoProcessesShareALimit(t *testing.T) {
+	dir := tempDir(t)
+	rules := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rules, []byte("rules:\n  r:\n    rate: 5/1h\n"), 0o600)
+	portA, portB := freePort(t), freePort(t)
+	sockA, sockB := filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
+	key := "c2x1aWNlLXRlc3Qta2V5LQ==" // 16 bytes
+	startDaemon(t, "--socket", sockB, "--rules", rules, "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
+		"--gossip-key", key, "--node-name", "b", "--gossip-interval", "10ms")
+	var b *clientlib.Client
+	eventually(t, "b serves before it has joined anyone", func() bool {
+		var err error
+		b, err = clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sockB, Timeout: 5 * time.Second})
+		return err == nil
+	})
+	defer b.Close()
+	if d := b.Allow(context.Background(), "r", "probe"); !d.Allowed || d.FailedOpen {
+		t.Fatalf("b before joining: %+v", d)
+	}
+	pa := startDaemon(t, "--socket", sockA, "--rules", rules, "--bind", "127.0.0.1:"+portA,
+		"--gossip-key", key, "--node-name", "a", "--gossip-interval", "10ms")
+	var a *clientlib.Client
+	eventually(t, "a serves", func() bool {
+		var err error
+		a, err = clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sockA, Timeout: 5 * time.Second})
+		return err == nil
+	})
+	defer a.Close()
+	eventually(t, "b's join retry finds a", func() bool { return strings.Contains(pa.stderr.String(), "member joined: name=b") })
+	// a spends the whole burst; b learns of it by gossip.
+	for i := range 5 {
+		if d := a.Allow(context.Background(), "r", "shared"); !d.Allowed {
+			t.Fatalf("a's request %d denied before anyone else spent anything: %+v", i, d)
+		}
+	}
+	admittedByB := 0
+	eventually(t, "b denies what a spent", func() bool {
+		d := b.Allow(context.Background(), "r", "shared")
+		if d.Allowed {
+			admittedByB++
+		}
+		return !d.Allowed
+	})
+	if admittedByB >= 5 {
+		t.Fatalf("b admitted %d of a burst of 5 that a had already spent: it never heard of a's consumption", admittedByB)
+	}
+	t.Logf("b admitted %d before learning a's consumption", admittedByB)
 }
