@@ -30,6 +30,10 @@ type Syncer struct {
 	meta    []byte
 	rnd     *rand.Rand
 
+	// members counts the nodes memberlist has reported joining and not yet
+	// leaving, maintained by the event delegate: receive may run before
+	// memberlist.Create has returned, so it must not touch s.ml.
+	members  atomic.Int64
 	paused   atomic.Bool
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -357,8 +361,9 @@ func (s *Syncer) receive(b []byte) {
 	s.stats.PacketsReceived.Add(1)
 	s.stats.BytesReceived.Add(uint64(len(b)))
 	var charges []charge
-	relay := s.ml.NumMembers() > s.cfg.FanoutLimit
-	transmits := retransmits(s.ml.NumMembers())
+	n := int(max(1, s.members.Load()))
+	relay := n > s.cfg.FanoutLimit
+	transmits := retransmits(n)
 	s.mu.Lock()
 	sender, err := decodeCounters(b, func(origin string, c Counter) {
 		if origin == s.self {
@@ -489,10 +494,12 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     { (*Syncer)(d).me
 type events Syncer
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.members.Add(1)
 	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
+	e.members.Add(-1)
 	e.log.Info("member left or died", "name", n.Name, "state", stateName(n.State))
 }
 

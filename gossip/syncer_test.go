@@ -1,0 +1,176 @@
+package gossip
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+func TestApplyChargesEachTokenOnce(t *testing.T) {
+	type msg struct {
+		epoch, prev, used uint64
+		want              uint64 // tokens charged by this message
+	}
+	tests := []struct {
+		name string
+		msgs []msg
+	}{
+		{"in order", []msg{{1, 0, 3, 3}, {1, 3, 5, 2}, {1, 5, 9, 4}}},
+		{"duplicates charge nothing", []msg{{1, 0, 3, 3}, {1, 0, 3, 0}, {1, 3, 5, 2}, {1, 3, 5, 0}}},
+		{"a lost packet is repaired by the next", []msg{{1, 0, 3, 3}, {1, 5, 9, 6}}},
+		{"reordered: the late packet fills the gap below", []msg{{1, 3, 5, 2}, {1, 0, 3, 3}, {1, 0, 3, 0}}},
+		{"first heard midway: only the named increment", []msg{{1, 100, 104, 4}, {1, 104, 110, 6}}},
+		{"new epoch starts over", []msg{{1, 0, 50, 50}, {2, 0, 3, 3}, {2, 3, 4, 1}}},
+		{"stale epoch ignored", []msg{{2, 0, 3, 3}, {1, 0, 50, 0}}},
+		{"push-pull baseline charges nothing, later packets charge above it", []msg{{1, 40, 40, 0}, {1, 40, 42, 2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
+			for i, m := range tt.msgs {
+				got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: m.epoch, Prev: m.prev, Used: m.used})
+				if got != m.want {
+					t.Fatalf("message %d %+v charged %d, want %d", i, m, got, m.want)
+				}
+			}
+		})
+	}
+}
+
+func TestSeenTableIsBounded(t *testing.T) {
+	s := &Syncer{cfg: Config{MaxSeen: 10}, seen: map[counterKey]*seenRange{}}
+	for i := range 1000 {
+		s.applyLocked("peer", Counter{Rule: "r", Key: fmt.Sprint(i), Epoch: 1, Used: 1})
+	}
+	if len(s.seen) > 10 {
+		t.Fatalf("seen holds %d entries, cap 10", len(s.seen))
+	}
+}
+
+// memLedger is an in-memory Ledger: it records charges and hands out queued counters.
+type memLedger struct {
+	mu      sync.Mutex
+	queued  []Counter
+	charged map[string]uint64
+}
+
+func newMemLedger() *memLedger { return &memLedger{charged: map[string]uint64{}} }
+
+func (l *memLedger) Drain(fn func(Counter)) {
+	l.mu.Lock()
+	q := l.queued
+	l.queued = nil
+	l.mu.Unlock()
+	for _, c := range q {
+		fn(c)
+	}
+}
+func (l *memLedger) Charge(rule, key string, tokens uint64) {
+	l.mu.Lock()
+	l.charged[rule+"/"+key] += tokens
+	l.mu.Unlock()
+}
+func (l *memLedger) Snapshot(func(Counter, float64) bool) {}
+func (l *memLedger) Adopt(string, string, float64)        {}
+func (l *memLedger) add(c Counter) {
+	l.mu.Lock()
+	l.queued = append(l.queued, c)
+	l.mu.Unlock()
+}
+func (l *memLedger) get(k string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.charged[k]
+}
+
+func newTestSyncer(t *testing.T, name string, key []byte, l Ledger) *Syncer {
+	t.Helper()
+	s, err := New(Config{
+		NodeName: name, BindAddr: "127.0.0.1", BindPort: 0,
+		GossipInterval: 5 * time.Millisecond, SecretKey: key, Label: "test",
+	}, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown() })
+	return s
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func TestNodeWithoutTheKeyCanNeitherJoinNorInject(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	la, lb, lx := newMemLedger(), newMemLedger(), newMemLedger()
+	a := newTestSyncer(t, "a", key, la)
+	b := newTestSyncer(t, "b", key, lb)
+	intruder := newTestSyncer(t, "x", []byte("fedcba9876543210"), lx)
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := intruder.Join([]string{a.Addr()}); err == nil || n != 0 {
+		t.Fatalf("a node with the wrong key joined (%d answered, err %v)", n, err)
+	}
+	plain := newTestSyncer(t, "p", nil, newMemLedger())
+	if n, err := plain.Join([]string{a.Addr()}); err == nil || n != 0 {
+		t.Fatalf("a node without encryption joined (%d answered, err %v)", n, err)
+	}
+
+	// The intruder sends a counters packet straight to a; then b, which has
+	// the key, sends one. Once b's is charged, the intruder's must not be.
+	aNode := &memberlist.Node{Name: "a", Addr: a.ml.LocalNode().Addr, Port: a.ml.LocalNode().Port}
+	w := newPacketWriter("x", 1300)
+	w.add("x", Counter{Rule: "r", Key: "victim", Epoch: 1, Used: 1_000_000})
+	if err := intruder.ml.SendBestEffort(aNode, w.packets()[0]); err != nil {
+		t.Fatal(err)
+	}
+	lb.add(Counter{Rule: "r", Key: "honest", Epoch: 1, Used: 2})
+	waitFor(t, "b's counter reaches a", func() bool { return la.get("r/honest") == 2 })
+	if got := la.get("r/victim"); got != 0 {
+		t.Fatalf("the intruder's packet charged %d tokens", got)
+	}
+	if members := a.NumAlive(); members != 2 {
+		t.Fatalf("a sees %d members, want 2 (a and b)", members)
+	}
+}
+
+func TestCountersReachEveryMemberOnce(t *testing.T) {
+	ledgers := []*memLedger{newMemLedger(), newMemLedger(), newMemLedger()}
+	var nodes []*Syncer
+	for i, l := range ledgers {
+		nodes = append(nodes, newTestSyncer(t, fmt.Sprint("n", i), nil, l))
+	}
+	for _, n := range nodes[1:] {
+		if _, err := n.Join([]string{nodes[0].Addr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "all see 3 members", func() bool { return nodes[0].NumAlive() == 3 && nodes[2].NumAlive() == 3 })
+	ledgers[0].add(Counter{Rule: "r", Key: "k", Epoch: 7, Used: 3})
+	ledgers[0].add(Counter{Rule: "r", Key: "k", Epoch: 7, Prev: 3, Used: 5})
+	waitFor(t, "n1 and n2 are charged 5", func() bool { return ledgers[1].get("r/k") == 5 && ledgers[2].get("r/k") == 5 })
+	if ledgers[0].get("r/k") != 0 {
+		t.Fatal("the origin charged its own consumption back to itself")
+	}
+	nodes[0].Flush() // resending nothing new must charge nothing
+	ledgers[0].add(Counter{Rule: "r", Key: "k", Epoch: 7, Prev: 0, Used: 5})
+	ledgers[0].add(Counter{Rule: "r", Key: "k2", Epoch: 1, Used: 1})
+	waitFor(t, "the marker reaches n1 and n2", func() bool { return ledgers[1].get("r/k2") == 1 && ledgers[2].get("r/k2") == 1 })
+	if ledgers[1].get("r/k") != 5 || ledgers[2].get("r/k") != 5 {
+		t.Fatal("a repeated counter was charged twice")
+	}
+}
