@@ -37,6 +37,10 @@ type Config struct {
 	// PushPullInterval is how often a full state exchange with one random
 	// peer repairs lost packets. Default 10s.
 	PushPullInterval time.Duration
+	// ReconnectInterval is how often this node tries to rejoin members it
+	// saw fail (memberlist never probes a dead node again, so a healed
+	// partition would otherwise stay split). Default 5s.
+	ReconnectInterval time.Duration
 	// PacketSize bounds a counters packet. Default 1300 bytes, which fits
 	// memberlist's UDP buffer with encryption and a label.
 	PacketSize int
@@ -102,6 +106,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.PushPullInterval <= 0 {
 		c.PushPullInterval = DefaultPushPullInterval
+	}
+	if c.ReconnectInterval <= 0 {
+		c.ReconnectInterval = 5 * time.Second
 	}
 	if c.PacketSize <= 0 {
 		c.PacketSize = DefaultPacketSize

@@ -34,6 +34,7 @@ type Syncer struct {
 	// leaving, maintained by the event delegate: receive may run before
 	// memberlist.Create has returned, so it must not touch s.ml.
 	members  atomic.Int64
+	failed   map[string]failedMember // members that went away, to try to rejoin; under mu
 	paused   atomic.Bool
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -73,6 +74,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		self:    cfg.NodeName,
 		pending: map[counterKey]*pendingCounter{},
 		seen:    map[counterKey]*seenRange{},
+		failed:  map[string]failedMember{},
 		rnd:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		stop:    make(chan struct{}),
 	}
@@ -119,8 +121,9 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 // Start begins gossiping and, if peers were given, joining them in the
 // background (retrying with backoff until one answers).
 func (s *Syncer) Start() {
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.gossipLoop()
+	go s.reconnectLoop()
 	if len(s.cfg.Join) > 0 {
 		s.wg.Add(1)
 		go s.joinLoop()
@@ -223,6 +226,46 @@ func (s *Syncer) joinLoop() {
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// failedMember is a member that went away, and when.
+type failedMember struct {
+	addr  string
+	since time.Time
+}
+
+// reconnectGiveUp is how long a member that went away is tried again.
+const reconnectGiveUp = time.Hour
+
+// reconnectLoop tries to rejoin members that failed: after a partition
+// heals, or a crashed node returns, the two sides find each other again.
+func (s *Syncer) reconnectLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		addrs := make([]string, 0, len(s.failed))
+		for name, f := range s.failed {
+			if time.Since(f.since) > reconnectGiveUp {
+				delete(s.failed, name)
+				continue
+			}
+			addrs = append(addrs, f.addr)
+		}
+		s.mu.Unlock()
+		if len(addrs) == 0 {
+			continue
+		}
+		if n, _ := s.ml.Join(addrs); n > 0 {
+			s.log.Info("rejoined failed members", "answered", n)
+		}
 	}
 }
 
@@ -495,12 +538,22 @@ type events Syncer
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.members.Add(1)
+	e.mu.Lock()
+	delete(e.failed, n.Name)
+	e.mu.Unlock()
 	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.members.Add(-1)
-	e.log.Info("member left or died", "name", n.Name, "state", stateName(n.State))
+	// memberlist does not say here whether the node died or left, so both
+	// are retried; a node that left refuses the connection, which is cheap.
+	e.mu.Lock()
+	if len(e.failed) < maxOrigins {
+		e.failed[n.Name] = failedMember{addr: n.Address(), since: time.Now()}
+	}
+	e.mu.Unlock()
+	e.log.Info("member left or died", "name", n.Name)
 }
 
 func (e *events) NotifyUpdate(n *memberlist.Node) {

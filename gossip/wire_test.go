@@ -82,7 +82,7 @@ func TestDecodeCountersRejectsGarbageAndAppliesNothing(t *testing.T) {
 		{"negative counter", mpk([]any{1, "a", []any{"a"}, []any{[]any{0, "r", "k", 1, 0, -1}}})},
 		{"rule too long", mpk([]any{1, "a", []any{"a"}, []any{[]any{0, strings.Repeat("r", 200), "k", 1, 0, 1}}})},
 		{"lying entry count", append(mpk([]any{1, "a", []any{"a"}})[:0:0], 0x94, 0x01, 0xa1, 'a', 0x91, 0xa1, 'a', 0xdd, 0x7f, 0xff, 0xff, 0xff)},
-		{"good entry then garbage", append(mpk([]any{1, "a", []any{"a"}, []any{[]any{0, "r", "k", 1, 0, 1}, "junk"}}))},
+		{"good entry then garbage", mpk([]any{1, "a", []any{"a"}, []any{[]any{0, "r", "k", 1, 0, 1}, "junk"}})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -148,6 +148,7 @@ func (n *Node) start(join []string) error {
 				return ft
 			}
 			g.MemberlistConfig = loopbackTimings
+			g.ReconnectInterval = 500 * time.Millisecond
 		},
 	})
 	if err != nil {

@@ -126,3 +126,91 @@ func TestSkewedLoadHeldToClusterLimit(t *testing.T) {
 		})
 	}
 }
+
+// Lost, duplicated and reordered packets change nothing: cumulative
+// counters make every packet idempotent and the next one repairs a loss.
+func TestFaultyNetworkKeepsTheBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives 10 seconds of load")
+	}
+	c := start(t, Options{N: 3, GossipInterval: 20 * time.Millisecond,
+		Faults: Faults{Drop: 0.2, Duplicate: 0.2, Reorder: 0.2, Seed: 42}})
+	start := time.Now()
+	got := drive(c, "api", "hot-key", []int{350, 100, 50}, 10*time.Second)
+	want := 100 + 100*time.Since(start).Seconds()
+	t.Logf("admitted %d, limit allows %.0f (%.1f%%) with 20%% of packets dropped, duplicated and reordered", got, want, 100*float64(got)/want)
+	if math.Abs(float64(got)-want) > 0.10*want {
+		t.Fatalf("admitted %d, want %.0f ± 10%%", got, want)
+	}
+}
+
+// A partitioned node goes on enforcing the limit on its side: the cluster
+// admits more overall, each side no less than the limit. After healing,
+// balances converge again.
+func TestPartitionEachSideEnforcesThenConverges(t *testing.T) {
+	c := start(t, Options{N: 3, GossipInterval: 20 * time.Millisecond, PushPullInterval: 500 * time.Millisecond,
+		Rules: "rules:\n  api:\n    rate: 100/1s\n  slow:\n    rate: 10/1m\n"})
+	c.Partition([]int{0, 1}, []int{2})
+	// Wait until the sides have declared each other dead, so healing
+	// exercises rejoining, not just resumed packets.
+	if err := poll(30*time.Second, func() bool {
+		return c.Node(0).Daemon().Syncer().NumAlive() == 2 && c.Node(2).Daemon().Syncer().NumAlive() == 1
+	}, func() string { return "the sides to declare each other dead" }); err != nil {
+		t.Fatal(err)
+	}
+	const secs = 3
+	var majority, minority int
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); majority = drive(c, "api", "split-key", []int{200, 200, 0}, secs*time.Second) }()
+	go func() { defer wg.Done(); minority = drive(c, "api", "split-key", []int{0, 0, 300}, secs*time.Second) }()
+	wg.Wait()
+	limit := 100 + 100*secs
+	t.Logf("during the partition: majority admitted %d, minority %d (limit per side %d)", majority, minority, limit)
+	for side, got := range map[string]int{"majority": majority, "minority": minority} {
+		if float64(got) < 0.9*float64(limit) || float64(got) > 1.15*float64(limit) {
+			t.Errorf("%s side admitted %d, want about the limit %d on its own", side, got, limit)
+		}
+	}
+	c.Heal()
+	if err := c.WaitMembers(3, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Consumption after healing reaches every node again.
+	for range 5 {
+		c.Allow(2, "slow", "after-heal", 1)
+	}
+	if err := c.WaitBalances("slow", "after-heal", 15*time.Second, func(_ int, b float64) bool { return b < 5.1 }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A crashed node leaves the others deciding; restarted, it learns the
+// debts it missed from its peers' state at join.
+func TestCrashAndRestartRelearnsDebts(t *testing.T) {
+	c := start(t, Options{N: 3, Rules: "rules:\n  slow:\n    rate: 10/1m\n", GossipInterval: 20 * time.Millisecond})
+	if err := c.Crash(2); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		c.Allow(0, "slow", "debtor", 1)
+	}
+	for range 10 { // node 0 spent the burst: node 1 must have heard
+		c.Allow(1, "slow", "debtor", 1)
+	}
+	if d := c.Allow(1, "slow", "debtor", 1); d.Allowed {
+		t.Fatalf("node 1 still admitting after the cluster spent twice the burst: %+v", d)
+	}
+	if err := c.Restart(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitMembers(3, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitBalances("slow", "debtor", 15*time.Second, func(_ int, b float64) bool { return b < 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Allow(2, "slow", "debtor", 1); d.Allowed {
+		t.Fatalf("the restarted node admitted a client in debt: %+v", d)
+	}
+}
