@@ -259,6 +259,35 @@ func (c *Client) AllowAll(ctx context.Context, checks ...Check) Decision {
 	return c.decided(&cl.reply)
 }
 
+// Inspect reads a key's bucket in the daemon without charging it. Unlike
+// the Allow family it reports failure as an error: there is nothing to fail
+// open to.
+func (c *Client) Inspect(ctx context.Context, rule, key string) (ipc.Inspection, error) {
+	select {
+	case <-c.closed:
+		return ipc.Inspection{}, ErrClosed
+	default:
+	}
+	cn := c.pick()
+	if cn == nil {
+		return ipc.Inspection{}, ErrDaemonDown
+	}
+	cl := c.calls.Get().(*call)
+	defer c.calls.Put(cl)
+	if err := cn.write(cl, c.opts.Timeout, func(b []byte, id uint64) []byte {
+		return ipc.AppendInspect(b, id, rule, key)
+	}); err != nil {
+		return ipc.Inspection{}, err
+	}
+	if err := cn.await(ctx, cl, c.opts.Timeout); err != nil {
+		return ipc.Inspection{}, err
+	}
+	if cl.err != nil {
+		return ipc.Inspection{}, cl.err
+	}
+	return cl.inspect, nil
+}
+
 // pick returns a live connection, starting from the next slot in turn.
 func (c *Client) pick() *conn {
 	n := uint32(len(c.slots))

@@ -19,11 +19,12 @@ import (
 // only after its caller has consumed the single signal on done, or has
 // removed it from the pending map before anyone could claim it.
 type call struct {
-	id    uint64
-	done  chan struct{}
-	timer *time.Timer
-	reply ipc.Reply
-	err   error
+	id      uint64
+	done    chan struct{}
+	timer   *time.Timer
+	reply   ipc.Reply
+	inspect ipc.Inspection
+	err     error
 }
 
 // readBufSize bounds a reply frame: replies are read in place from the
@@ -105,11 +106,25 @@ func dial(c *Client, opts Options) (*conn, error) {
 	return cn, nil
 }
 
-// send registers cl and writes its request.
+// send registers cl and writes its CHECK.
 func (cn *conn) send(cl *call, checks []Check, timeout time.Duration) error {
 	if len(checks) > int(cn.welcome.MaxBatch) {
 		return fmt.Errorf("%w: %d checks, daemon accepts at most %d", ErrProtocol, len(checks), cn.welcome.MaxBatch)
 	}
+	return cn.write(cl, timeout, func(b []byte, id uint64) []byte {
+		b, start := ipc.BeginRequest(b, id, len(checks))
+		for _, ch := range checks {
+			b = ipc.AppendCheck(b, ch.Rule, ch.Key, uint64(ch.Cost))
+		}
+		return ipc.FinishFrame(b, start)
+	})
+}
+
+// write registers cl under a fresh id and writes the frame appendFrame
+// appends. Concurrent writers append to one buffer; whoever finds no write in
+// progress writes everything buffered, so requests from many callers leave
+// in few system calls.
+func (cn *conn) write(cl *call, timeout time.Duration, appendFrame func(b []byte, id uint64) []byte) error {
 	id := cn.nextID.Add(1)
 	cl.id, cl.err = id, nil
 	cn.mu.Lock()
@@ -121,11 +136,7 @@ func (cn *conn) send(cl *call, checks []Check, timeout time.Duration) error {
 	cn.mu.Unlock()
 
 	cn.wmu.Lock()
-	b, start := ipc.BeginRequest(cn.wbuf, id, len(checks))
-	for _, ch := range checks {
-		b = ipc.AppendCheck(b, ch.Rule, ch.Key, uint64(ch.Cost))
-	}
-	cn.wbuf = ipc.FinishFrame(b, start)
+	cn.wbuf = appendFrame(cn.wbuf, id)
 	if cn.flushing {
 		cn.wmu.Unlock()
 		return nil
@@ -330,6 +341,16 @@ func (cn *conn) dispatch(body []byte) error {
 		if cl := cn.claim(cn.rep.ID); cl != nil { // nil: its caller gave up
 			cl.reply.ID, cl.reply.Allowed = cn.rep.ID, cn.rep.Allowed
 			cl.reply.Results = append(cl.reply.Results[:0], cn.rep.Results...)
+			cl.done <- struct{}{}
+		}
+		return nil
+	case ipc.MsgBalance:
+		in, err := ipc.DecodeBalance(body)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrProtocol, err)
+		}
+		if cl := cn.claim(in.ID); cl != nil {
+			cl.inspect = in
 			cl.done <- struct{}{}
 		}
 		return nil

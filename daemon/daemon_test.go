@@ -253,6 +253,13 @@ func TestRunServesClientsAndShutsDownCleanly(t *testing.T) {
 			t.Fatalf("request %d over the socket: %+v", i, got)
 		}
 	}
+	in, err := c.Inspect(context.Background(), "four", "via-socket")
+	if err != nil || !in.Known || in.Balance != 0 || in.Limit != 4 || in.Burst != 4 {
+		t.Fatalf("inspect over the socket: %+v %v", in, err)
+	}
+	if in, err := c.Inspect(context.Background(), "nope", "k"); err != nil || in.Known {
+		t.Fatalf("inspect of an unknown rule: %+v %v", in, err)
+	}
 	if got := c.AllowAll(context.Background(), clientlib.Check{Rule: "user", Key: "u", Cost: 1}, clientlib.Check{Rule: "route", Key: "r", Cost: 2}); !got.Allowed || got.Remaining != 0 {
 		t.Fatalf("multi-check over the socket: %+v", got)
 	}

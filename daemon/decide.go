@@ -89,3 +89,14 @@ func requestError(err error) error {
 	}
 	return &ipc.Error{Code: code, Message: err.Error()}
 }
+
+// Inspect implements ipc.Inspector: it reads a key's bucket without charging it.
+func (d *Daemon) Inspect(rule, key []byte) ipc.Inspection {
+	ar, ok := d.rules.Load().byName[string(rule)]
+	if !ok {
+		return ipc.Inspection{}
+	}
+	lim := ar.LimitFor(key)
+	b, _ := d.store.Balance(ar.ns, key, lim, d.now())
+	return ipc.Inspection{Known: true, Balance: b, Limit: uint64(lim.Count()), Burst: uint64(lim.Burst())}
+}

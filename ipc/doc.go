@@ -25,6 +25,8 @@
 //	CHECK    [2, id, [[rule, key, cost], ...]]         client → server
 //	RESULT   [3, id, allowed, [[status, limit, remaining, retry_after_ns, reset_after_ns], ...]]
 //	ERROR    [4, id, code, message]                    server → client
+//	INSPECT  [5, id, rule, key]                        client → server
+//	BALANCE  [6, id, known, balance, limit, burst]     server → client
 //
 // version is the highest protocol version the client speaks; the server
 // replies with the version it will use (the lower of the two). id is chosen by
@@ -36,6 +38,11 @@
 // (see Status), the rule's requests per period, whole tokens remaining,
 // nanoseconds until the check's cost is covered (0 when it admits) and
 // nanoseconds until the bucket is full.
+//
+// INSPECT reads a key's bucket without charging it: BALANCE says whether the
+// rule exists, the balance in tokens (a float: at most burst, negative when in
+// debt), and the limit (requests per period) and burst that apply to the key.
+// Servers that do not offer inspection refuse it with ERROR CodeUnexpected.
 //
 // ERROR with a non-zero id refuses that request alone (for example a key longer
 // than max_key_len, a batch larger than max_batch, or a cost above the rule's

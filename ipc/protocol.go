@@ -24,6 +24,8 @@ const (
 	MsgCheck   MsgType = 2
 	MsgResult  MsgType = 3
 	MsgError   MsgType = 4
+	MsgInspect MsgType = 5
+	MsgBalance MsgType = 6
 )
 
 // Status is one check's outcome in a RESULT.
@@ -129,6 +131,82 @@ type Reply struct {
 	ID      uint64
 	Allowed bool
 	Results []Result
+}
+
+// Inspection is the answer to an INSPECT: a key's bucket as the daemon holds it.
+type Inspection struct {
+	ID      uint64
+	Known   bool    // the rule exists
+	Balance float64 // tokens now: at most Burst, negative when in debt
+	Limit   uint64  // requests per period
+	Burst   uint64
+}
+
+// AppendInspect appends an INSPECT frame to b.
+func AppendInspect[S string | []byte](b []byte, id uint64, rule, key S) []byte {
+	b, start := beginFrame(b)
+	b = mp.AppendArrayHeader(b, 4)
+	b = mp.AppendUint(b, uint64(MsgInspect))
+	b = mp.AppendUint(b, id)
+	b = mp.AppendStr(b, rule)
+	b = mp.AppendStr(b, key)
+	return endFrame(b, start)
+}
+
+// DecodeInspect decodes an INSPECT body; rule and key alias body.
+func DecodeInspect(body []byte) (id uint64, rule, key []byte, err error) {
+	d, err := header(body, MsgInspect, 4)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if id, err = d.Uint(); err != nil {
+		return 0, nil, nil, err
+	}
+	if rule, err = d.Bytes(); err != nil {
+		return 0, nil, nil, err
+	}
+	if key, err = d.Bytes(); err != nil {
+		return 0, nil, nil, err
+	}
+	return id, rule, key, d.End()
+}
+
+// AppendBalance appends a BALANCE frame to b.
+func AppendBalance(b []byte, in Inspection) []byte {
+	b, start := beginFrame(b)
+	b = mp.AppendArrayHeader(b, 6)
+	b = mp.AppendUint(b, uint64(MsgBalance))
+	b = mp.AppendUint(b, in.ID)
+	b = mp.AppendBool(b, in.Known)
+	b = mp.AppendFloat64(b, in.Balance)
+	b = mp.AppendUint(b, in.Limit)
+	b = mp.AppendUint(b, in.Burst)
+	return endFrame(b, start)
+}
+
+// DecodeBalance decodes a BALANCE body.
+func DecodeBalance(body []byte) (Inspection, error) {
+	d, err := header(body, MsgBalance, 6)
+	if err != nil {
+		return Inspection{}, err
+	}
+	var in Inspection
+	if in.ID, err = d.Uint(); err != nil {
+		return in, err
+	}
+	if in.Known, err = d.Bool(); err != nil {
+		return in, err
+	}
+	if in.Balance, err = d.Float64(); err != nil {
+		return in, err
+	}
+	if in.Limit, err = d.Uint(); err != nil {
+		return in, err
+	}
+	if in.Burst, err = d.Uint(); err != nil {
+		return in, err
+	}
+	return in, d.End()
 }
 
 // ErrMalformed is wrapped by every decoding error: the bytes are not a valid

@@ -54,6 +54,17 @@ func TestRoundTripAllMessages(t *testing.T) {
 
 // A client in another language uses a stock msgpack library: what it encodes
 // must decode here, and what we encode must decode there.
+func TestInspectRoundTrip(t *testing.T) {
+	id, rule, key, err := DecodeInspect(body(AppendInspect(nil, 77, "api", "alice")))
+	if err != nil || id != 77 || string(rule) != "api" || string(key) != "alice" {
+		t.Fatalf("inspect: %d %q %q %v", id, rule, key, err)
+	}
+	want := Inspection{ID: 77, Known: true, Balance: -8.25, Limit: 4, Burst: 4}
+	if got, err := DecodeBalance(body(AppendBalance(nil, want))); err != nil || got != want {
+		t.Fatalf("balance: %+v %v", got, err)
+	}
+}
+
 func TestInteroperatesWithStockMsgpack(t *testing.T) {
 	// Signed integer encodings and bin keys, as some encoders produce them.
 	enc, err := msgpack.Marshal([]any{int64(2), int32(42), []any{[]any{"api", []byte("bob"), int8(3)}}})

@@ -24,6 +24,12 @@ type Decider interface {
 	Decide(checks []Check, results []Result) (allowed bool, err error)
 }
 
+// Inspector is optionally implemented by a Decider to answer INSPECT. The
+// same rules apply: concurrent, non-blocking, no retaining the slices.
+type Inspector interface {
+	Inspect(rule, key []byte) Inspection
+}
+
 // Logger is the logging the server needs; hclog.Logger satisfies it.
 type Logger interface {
 	Debug(msg string, args ...interface{})
@@ -315,6 +321,9 @@ func (sc *serverConn) handle(body []byte) bool {
 		sc.fatal(CodeMalformed, err.Error())
 		return false
 	}
+	if typ == MsgInspect {
+		return sc.inspect(body)
+	}
 	if typ != MsgCheck {
 		sc.fatal(CodeUnexpected, fmt.Sprintf("unexpected message type %d", typ))
 		return false
@@ -355,6 +364,27 @@ func (sc *serverConn) handle(body []byte) bool {
 		return true
 	}
 	sc.out = AppendReply(sc.out, sc.req.ID, allowed, results)
+	return true
+}
+
+func (sc *serverConn) inspect(body []byte) bool {
+	id, rule, key, err := DecodeInspect(body)
+	if err != nil {
+		sc.fatal(CodeMalformed, err.Error())
+		return false
+	}
+	in, ok := sc.s.decider.(Inspector)
+	if !ok {
+		sc.refuse(&Error{ID: id, Code: CodeUnexpected, Message: "this server does not offer inspection"})
+		return true
+	}
+	if len(key) > sc.s.cfg.MaxKeyLen {
+		sc.refuse(&Error{ID: id, Code: CodeKeyTooLong, Message: fmt.Sprintf("key of %d bytes, limit %d", len(key), sc.s.cfg.MaxKeyLen)})
+		return true
+	}
+	r := in.Inspect(rule, key)
+	r.ID = id
+	sc.out = AppendBalance(sc.out, r)
 	return true
 }
 

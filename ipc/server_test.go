@@ -264,6 +264,16 @@ func TestServerClosesConnectionOnProtocolErrorsOnly(t *testing.T) {
 	}
 }
 
+func TestServerWithoutInspectorRefusesInspect(t *testing.T) {
+	ts := startServer(t, ServerConfig{})
+	c := dialRaw(t, ts.path)
+	c.hello()
+	c.send(AppendInspect(nil, 3, "api", "k"))
+	c.expectError(3, CodeUnexpected)
+	c.send(AppendRequest(nil, 4, []Check{check("api", "k")}))
+	c.expectReply(4, true)
+}
+
 func TestServerClosesSilentClientsAfterHandshakeTimeout(t *testing.T) {
 	ts := startServer(t, ServerConfig{HandshakeTimeout: 50 * time.Millisecond})
 	c := dialRaw(t, ts.path)
