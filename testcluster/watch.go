@@ -1,0 +1,214 @@
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicelabs/sluice/clientlib"
+)
+
+// Target is a running cluster that load can be driven against: nodes in this
+// process (Cluster) or real sluiced processes (Procs).
+type Target interface {
+	Size() int
+	Allow(i int, rule, key string, cost int64) clientlib.Decision
+	// Balance reads node i's balance for key, and whether the node answered.
+	Balance(i int, rule, key string) (float64, bool)
+	Close() error
+}
+
+// Size is the number of nodes.
+func (c *Cluster) Size() int { return len(c.nodes) }
+
+// Balance reads node i's balance for key.
+func (c *Cluster) Balance(i int, rule, key string) (float64, bool) {
+	d := c.nodes[i].Daemon()
+	if d == nil {
+		return 0, false
+	}
+	return d.Balance(rule, key)
+}
+
+// WatchSpec is the load Watch drives and what it measures.
+type WatchSpec struct {
+	Rule, Key string        // the hot key under load
+	Rate      float64       // the rule's limit, tokens per second
+	Burst     float64       // the rule's burst
+	Offered   float64       // requests per second offered, all nodes together
+	Skew      []float64     // share of Offered per node; missing entries get 0
+	Duration  time.Duration // how long to drive load
+	// ProbeRule names a slow rule (burst well above 1) used to time
+	// convergence: a token taken on one node, watched for on the others.
+	ProbeRule string
+}
+
+// Second is one second of a watch.
+type Second struct {
+	T          int       // seconds since the start, ending this row
+	Admitted   []int     // per node, this second
+	Cluster    int       // all nodes, this second
+	Cumulative int       // all nodes, since the start
+	Allowed    float64   // what the limit allows since the start: burst + rate × t
+	Balances   []float64 // per node, at the end of the second
+	Spread     float64   // max − min of Balances
+	LagMs      []float64 // convergence lags measured this second (ms)
+}
+
+// Watch drives spec's load against t, calling each once per second with
+// what happened, and returns every second. Load is paced, and stops at
+// spec.Duration or when ctx ends.
+func Watch(ctx context.Context, t Target, spec WatchSpec, each func(Second)) ([]Second, error) {
+	n := t.Size()
+	if len(spec.Skew) == 0 {
+		spec.Skew = make([]float64, n)
+		for i := range spec.Skew {
+			spec.Skew[i] = 1 / float64(n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, spec.Duration)
+	defer cancel()
+	admitted := make([]atomic.Int64, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n && i < len(spec.Skew); i++ {
+		rate := spec.Offered * spec.Skew[i]
+		if rate <= 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if d := t.Allow(i, spec.Rule, spec.Key, 1); d.Allowed && !d.FailedOpen {
+					admitted[i].Add(1)
+				}
+			}
+		}()
+	}
+
+	lags := make(chan float64, 64)
+	if spec.ProbeRule != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); probeLoop(ctx, t, spec.ProbeRule, lags) }()
+	}
+
+	var seconds []Second
+	cumulative := 0
+	start := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for sec := 1; ; sec++ {
+		done := false
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-tick.C:
+		}
+		s := Second{T: sec, Admitted: make([]int, n), Balances: make([]float64, n)}
+		for i := range admitted {
+			s.Admitted[i] = int(admitted[i].Swap(0))
+			s.Cluster += s.Admitted[i]
+		}
+		cumulative += s.Cluster
+		s.Cumulative = cumulative
+		s.Allowed = spec.Burst + spec.Rate*time.Since(start).Seconds()
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i := range n {
+			b, _ := t.Balance(i, spec.Rule, spec.Key)
+			s.Balances[i] = b
+			lo, hi = min(lo, b), max(hi, b)
+		}
+		s.Spread = hi - lo
+	drain:
+		for {
+			select {
+			case l := <-lags:
+				s.LagMs = append(s.LagMs, l)
+			default:
+				break drain
+			}
+		}
+		if s.Cluster > 0 || !done {
+			seconds = append(seconds, s)
+			if each != nil {
+				each(s)
+			}
+		}
+		if done {
+			break
+		}
+	}
+	wg.Wait()
+	if len(seconds) == 0 {
+		return nil, fmt.Errorf("testcluster: watch ended before its first second")
+	}
+	return seconds, nil
+}
+
+// probeLoop times convergence: four times a second it takes one token of a
+// fresh key on one node (in turn) and measures how long until every other
+// node's balance shows it.
+func probeLoop(ctx context.Context, t Target, rule string, lags chan<- float64) {
+	n := t.Size()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		lag, ok := ProbeLag(ctx, t, k%n, rule, fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), k), 5*time.Second)
+		if ok {
+			select {
+			case lags <- float64(lag) / float64(time.Millisecond):
+			default:
+			}
+		}
+	}
+}
+
+// ProbeLag takes one token of key on node from and returns how long until
+// every other node's balance for key has dropped below the burst. The key
+// must be fresh (full everywhere) and the rule slow enough not to refill
+// within the wait.
+func ProbeLag(ctx context.Context, t Target, from int, rule, key string, timeout time.Duration) (time.Duration, bool) {
+	before, ok := t.Balance(from, rule, key)
+	if !ok {
+		return 0, false
+	}
+	start := time.Now()
+	if d := t.Allow(from, rule, key, 1); !d.Allowed || d.FailedOpen {
+		return 0, false
+	}
+	pending := make([]int, 0, t.Size())
+	for i := range t.Size() {
+		if i != from {
+			pending = append(pending, i)
+		}
+	}
+	poll := time.NewTicker(200 * time.Microsecond) // fine enough; leaves the CPU to gossip
+	defer poll.Stop()
+	for len(pending) > 0 {
+		if time.Since(start) > timeout || ctx.Err() != nil {
+			return 0, false
+		}
+		<-poll.C
+		pending = slices.DeleteFunc(pending, func(i int) bool {
+			b, ok := t.Balance(i, rule, key)
+			return ok && b <= before-0.5
+		})
+	}
+	return time.Since(start), true
+}
