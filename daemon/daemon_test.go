@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,5 +290,35 @@ func TestRunRefusesSocketOfLiveDaemon(t *testing.T) {
 	}
 	if err := second.Run(context.Background()); !errors.Is(err, ipc.ErrSocketInUse) {
 		t.Fatalf("second daemon on the same socket: %v", err)
+	}
+}
+
+func TestGossipKeysAndKeyrings(t *testing.T) {
+	for _, tt := range []struct {
+		in string
+		ok bool
+	}{
+		{"MDEyMzQ1Njc4OWFiY2RlZg==", true},                     // 16 bytes
+		{"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", true}, // 32 bytes
+		{"c2hvcnQ=", false},                                    // 5 bytes
+		{"not base64!", false},
+	} {
+		if _, err := DecodeKey(tt.in); (err == nil) != tt.ok {
+			t.Errorf("DecodeKey(%q) err = %v, want ok=%v", tt.in, err, tt.ok)
+		}
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "keyring.json")
+	os.WriteFile(good, []byte(`["MDEyMzQ1Njc4OWFiY2RlZg==", "ZmVkY2JhOTg3NjU0MzIxMA=="]`), 0o600)
+	kr, err := loadKeyring(good)
+	if err != nil || len(kr.GetKeys()) != 2 || string(kr.GetPrimaryKey()) != "0123456789abcdef" {
+		t.Fatalf("keyring: %v %v", kr, err)
+	}
+	for _, bad := range []string{`[]`, `{"k": 1}`, `["c2hvcnQ="]`} {
+		path := filepath.Join(dir, "bad.json")
+		os.WriteFile(path, []byte(bad), 0o600)
+		if _, err := loadKeyring(path); err == nil || !strings.Contains(err.Error(), "bad.json") {
+			t.Errorf("keyring %s: err %v", bad, err)
+		}
 	}
 }

@@ -214,3 +214,23 @@ func TestCrashAndRestartRelearnsDebts(t *testing.T) {
 		t.Fatalf("the restarted node admitted a client in debt: %+v", d)
 	}
 }
+
+// A node stopped gracefully leaves at once (no suspicion timeout), and every
+// member advertises its version and the hash of the rules it enforces.
+func TestGracefulLeaveAndMetadata(t *testing.T) {
+	c := start(t, Options{N: 3})
+	want := c.Node(0).Daemon().Rules().Hash
+	for _, m := range c.Node(1).Daemon().Syncer().Members() {
+		if m.Meta.RulesHash != want || m.Meta.Version == "" || m.State != "alive" {
+			t.Fatalf("member %+v: want version and rules hash %s", m, want)
+		}
+	}
+	if err := c.Stop(2); err != nil {
+		t.Fatal(err)
+	}
+	// Two seconds is well inside memberlist's suspicion timeout here: only a
+	// leave message explains a member gone this fast.
+	if err := c.WaitMembers(2, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -75,8 +75,7 @@ func (t *faultTransport) forward() {
 			}
 			select {
 			case t.packets <- p:
-			case <-t.stop:
-				return
+			default: // memberlist is not keeping up (or has stopped): drop, as a full socket buffer would
 			}
 		}
 	}
@@ -128,7 +127,10 @@ func (t *faultTransport) DialTimeout(addr string, timeout time.Duration) (net.Co
 
 func (t *faultTransport) StreamCh() <-chan net.Conn { return t.inner.StreamCh() }
 
+// Shutdown stops the inner transport first: its listener may be waiting to
+// hand forward a packet, and forward must still be there to take it.
 func (t *faultTransport) Shutdown() error {
+	err := t.inner.Shutdown()
 	t.once.Do(func() { close(t.stop) })
-	return t.inner.Shutdown()
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -156,19 +157,21 @@ func Watch(ctx context.Context, t Target, spec WatchSpec, each func(Second)) ([]
 	return seconds, nil
 }
 
-// probeLoop times convergence: four times a second it takes one token of a
-// fresh key on one node (in turn) and measures how long until every other
-// node's balance shows it.
+// probeLoop times convergence: about four times a second, at random
+// moments (so as not to lock onto the gossip rounds' phase), it takes one
+// token of a fresh key on one node (in turn) and measures how long until
+// every other node's balance shows it.
 func probeLoop(ctx context.Context, t Target, rule string, lags chan<- float64) {
 	n := t.Size()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for k := 0; ; k++ {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
+		timer.Reset(time.Duration(rand.Int64N(int64(500 * time.Millisecond))))
 		lag, ok := ProbeLag(ctx, t, k%n, rule, fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), k), 5*time.Second)
 		if ok {
 			select {
