@@ -84,15 +84,30 @@ type shard struct {
 	_       [24]byte // keep shards on separate cache lines
 }
 
-// entry is a bucket and what gossip needs to know about it.
+// entry is a bucket and, when the store tracks consumption, what gossip
+// needs to know about it. The tracking part lives apart so that a store
+// that does not track keeps its entries at 16 bytes, dense in cache.
 type entry struct {
 	Bucket
-	ns    Namespace
-	dirty bool
+	t *tracking
+}
+
+type tracking struct {
 	key   string // shares the map key's bytes
+	ns    Namespace
 	epoch uint64 // this bucket's incarnation
 	used  uint64 // tokens admitted here (not charged by peers) in this epoch
-	sent  uint64 // used, as of the last drain
+	sent  uint64 // used, as of the last drain; used != sent means the entry is on the dirty list
+}
+
+// record adds local consumption, putting the entry on the dirty list if it
+// was clean. The caller holds sh.mu.
+func (sh *shard) record(e *entry, cost int64) {
+	t := e.t
+	if t.used == t.sent {
+		sh.dirty = append(sh.dirty, e)
+	}
+	t.used += uint64(cost)
 }
 
 type storeKey struct {
@@ -149,12 +164,8 @@ func (s *Store) Take(ns Namespace, key []byte, lim Limit, cost int64, now time.T
 		e = sh.insert(s, ns, key, now)
 	}
 	r := e.Take(lim, cost, now)
-	if r.Allowed && s.track {
-		e.used += uint64(cost)
-		if !e.dirty {
-			e.dirty = true
-			sh.dirty = append(sh.dirty, e)
-		}
+	if r.Allowed && e.t != nil {
+		sh.record(e, cost)
 	}
 	sh.mu.Unlock()
 	return r, nil
@@ -209,12 +220,8 @@ func (s *Store) Record(ns Namespace, key []byte, cost int64) {
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
-	if e := sh.buckets[storeKey{ns, string(key)}]; e != nil {
-		e.used += uint64(cost)
-		if !e.dirty {
-			e.dirty = true
-			sh.dirty = append(sh.dirty, e)
-		}
+	if e := sh.buckets[storeKey{ns, string(key)}]; e != nil && e.t != nil {
+		sh.record(e, cost)
 	}
 	sh.mu.Unlock()
 }
@@ -237,8 +244,9 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for j, e := range sh.dirty {
-			fn(Consumption{NS: e.ns, Key: e.key, Epoch: e.epoch, Used: e.used, Prev: e.sent})
-			e.sent, e.dirty = e.used, false
+			t := e.t
+			fn(Consumption{NS: t.ns, Key: t.key, Epoch: t.epoch, Used: t.used, Prev: t.sent})
+			t.sent = t.used
 			sh.dirty[j] = nil
 		}
 		sh.dirty = sh.dirty[:0]
@@ -253,15 +261,19 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.buckets {
+		for k, e := range sh.buckets {
 			if e.IsFull(now) {
 				continue
 			}
-			l, ok := lim(e.ns, e.key)
+			l, ok := lim(k.ns, k.key)
 			if !ok {
 				continue
 			}
-			if !fn(Consumption{NS: e.ns, Key: e.key, Epoch: e.epoch, Used: e.used, Prev: e.used}, e.Balance(l, now)) {
+			c := Consumption{NS: k.ns, Key: k.key}
+			if e.t != nil {
+				c.Epoch, c.Used, c.Prev = e.t.epoch, e.t.used, e.t.used
+			}
+			if !fn(c, e.Balance(l, now)) {
 				sh.mu.Unlock()
 				return
 			}
@@ -325,7 +337,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.buckets {
-			if e.IsFull(now) && !e.dirty {
+			if e.IsFull(now) && (e.t == nil || e.t.used == e.t.sent) {
 				delete(sh.buckets, k)
 				evicted++
 			}
@@ -383,9 +395,9 @@ func (sh *shard) insert(s *Store, ns Namespace, key []byte, now time.Time) *entr
 		s.evictions.Add(uint64(sh.makeRoom(now)))
 	}
 	k := storeKey{ns, string(key)}
-	e := &entry{ns: ns, key: k.key}
+	e := &entry{}
 	if s.track {
-		e.epoch = s.epochs.Add(1)
+		e.t = &tracking{key: k.key, ns: ns, epoch: s.epochs.Add(1)}
 	}
 	sh.buckets[k] = e
 	return e

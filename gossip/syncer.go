@@ -122,8 +122,8 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 // background (retrying with backoff until one answers).
 func (s *Syncer) Start() {
 	s.wg.Add(2)
-	go s.gossipLoop()
-	go s.reconnectLoop()
+	go s.every(s.cfg.GossipInterval, s.round)
+	go s.every(s.cfg.ReconnectInterval, s.reconnect)
 	if len(s.cfg.Join) > 0 {
 		s.wg.Add(1)
 		go s.joinLoop()
@@ -238,48 +238,39 @@ type failedMember struct {
 // reconnectGiveUp is how long a member that went away is tried again.
 const reconnectGiveUp = time.Hour
 
-// reconnectLoop tries to rejoin members that failed: after a partition
-// heals, or a crashed node returns, the two sides find each other again.
-func (s *Syncer) reconnectLoop() {
+// every runs fn every interval until the syncer stops.
+func (s *Syncer) every(interval time.Duration, fn func()) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.ReconnectInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-		}
-		s.mu.Lock()
-		addrs := make([]string, 0, len(s.failed))
-		for name, f := range s.failed {
-			if time.Since(f.since) > reconnectGiveUp {
-				delete(s.failed, name)
-				continue
-			}
-			addrs = append(addrs, f.addr)
-		}
-		s.mu.Unlock()
-		if len(addrs) == 0 {
-			continue
-		}
-		if n, _ := s.ml.Join(addrs); n > 0 {
-			s.log.Info("rejoined failed members", "answered", n)
+			fn()
 		}
 	}
 }
 
-func (s *Syncer) gossipLoop() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.GossipInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.round()
+// reconnect tries to rejoin members that went away: after a partition
+// heals, or a crashed node returns, the two sides find each other again.
+func (s *Syncer) reconnect() {
+	s.mu.Lock()
+	addrs := make([]string, 0, len(s.failed))
+	for name, f := range s.failed {
+		if time.Since(f.since) > reconnectGiveUp {
+			delete(s.failed, name)
+			continue
 		}
+		addrs = append(addrs, f.addr)
+	}
+	s.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	if n, _ := s.ml.Join(addrs); n > 0 {
+		s.log.Info("rejoined members that had gone away", "answered", n)
 	}
 }
 
@@ -408,7 +399,7 @@ func (s *Syncer) receive(b []byte) {
 	relay := n > s.cfg.FanoutLimit
 	transmits := retransmits(n)
 	s.mu.Lock()
-	sender, err := decodeCounters(b, func(origin string, c Counter) {
+	_, err := decodeCounters(b, func(origin string, c Counter) {
 		if origin == s.self {
 			return
 		}
@@ -426,7 +417,6 @@ func (s *Syncer) receive(b []byte) {
 		s.log.Warn("dropped a malformed gossip packet", "bytes", len(b), "error", err)
 		return
 	}
-	_ = sender
 	s.charge(charges)
 }
 

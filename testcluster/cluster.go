@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -239,15 +240,13 @@ func (c *Cluster) Balances(rule, key string) []float64 {
 	for i, n := range c.nodes {
 		d := n.Daemon()
 		if d == nil {
-			out[i] = nan
+			out[i] = math.NaN()
 			continue
 		}
 		out[i], _ = d.Balance(rule, key)
 	}
 	return out
 }
-
-var nan = func() float64 { z := 0.0; return z / z }()
 
 // WaitMembers polls until every running node counts want alive members.
 func (c *Cluster) WaitMembers(want int, timeout time.Duration) error {
