@@ -132,26 +132,32 @@ func BenchmarkStore(b *testing.B) {
 	}
 }
 
-// BenchmarkIdleKeyMemory reports the heap held per idle key with 1M keys.
+// BenchmarkIdleKeyMemory reports the heap held per idle key with 1M keys,
+// alone and with the consumption tracking a clustered daemon keeps.
 func BenchmarkIdleKeyMemory(b *testing.B) {
 	const n = 1_000_000
 	lim := MustLimit(1, time.Hour, 10)
-	for range b.N {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		s := NewStore(StoreConfig{MaxKeys: 2 * n})
-		key := []byte("user-0000000000")
-		for i := range n {
-			strconv.AppendInt(key[:5], int64(1_000_000_000+i), 10)
-			s.Take(1, key, lim, 1, t0)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if s.Len() != n {
-			b.Fatalf("held %d keys", s.Len())
-		}
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/key")
-		runtime.KeepAlive(s)
+	for _, track := range []bool{false, true} {
+		b.Run(fmt.Sprintf("tracking=%v", track), func(b *testing.B) {
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				s := NewStore(StoreConfig{MaxKeys: 2 * n, TrackConsumption: track})
+				key := []byte("user-0000000000")
+				for i := range n {
+					strconv.AppendInt(key[:5], int64(1_000_000_000+i), 10)
+					s.Take(1, key, lim, 1, t0)
+				}
+				s.DrainDirty(func(Consumption) {}) // what gossip does every round
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if s.Len() != n {
+					b.Fatalf("held %d keys", s.Len())
+				}
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/key")
+				runtime.KeepAlive(s)
+			}
+		})
 	}
 }
