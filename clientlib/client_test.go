@@ -388,3 +388,27 @@ func TestCloseIsIdempotentAndFailsLaterCalls(t *testing.T) {
 		t.Fatalf("after Close: %+v", d)
 	}
 }
+
+// A caller that takes over reading after another reader already handed it
+// its reply must notice, not wait for a frame that never comes: every call
+// of a burst finishes long before the (huge) timeout.
+func TestBurstOfCallersNeverWaitsForTheDeadline(t *testing.T) {
+	path := socketPath(t)
+	startDaemon(t, path)
+	c := openClient(t, Options{SocketPath: path, Timeout: time.Minute, Conns: 1})
+	waitUp(t, c)
+	for round := range 20 {
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Allow(context.Background(), "api", "k") }()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: a burst of 64 calls did not finish within 20s (timeout 1m): a caller is stuck reading", round)
+		}
+	}
+}

@@ -209,12 +209,12 @@ func (cn *conn) readUntilDone(ctx context.Context, cl *call, timeout time.Durati
 	}
 	cn.nc.SetReadDeadline(nextRead(time.Now()))
 	var err error
-	for {
+	// The reply may already have been handed over by whoever held the token
+	// before: look before reading, or this read could wait for a frame that
+	// never comes.
+	for len(cl.done) == 0 {
 		rerr := cn.readOne()
 		if rerr == nil {
-			if len(cl.done) > 0 {
-				break
-			}
 			continue
 		}
 		if !errors.Is(rerr, os.ErrDeadlineExceeded) {
