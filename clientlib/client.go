@@ -89,6 +89,8 @@ type Decision struct {
 	Remaining  int64
 	RetryAfter time.Duration
 	ResetAfter time.Duration
+	// Period is the deciding check's rule period: Limit tokens per Period.
+	Period time.Duration
 	// Status is the deciding check's status.
 	Status ipc.Status
 	// Denied is the index of the deciding check when the request is denied, else -1.
@@ -311,7 +313,7 @@ func (c *Client) decided(rep *ipc.Reply) Decision {
 	}
 	if best >= 0 {
 		r := rep.Results[best]
-		d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Status = int64(r.Limit), int64(r.Remaining), r.RetryAfter, r.ResetAfter, r.Status
+		d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Period, d.Status = int64(r.Limit), int64(r.Remaining), r.RetryAfter, r.ResetAfter, r.Period, r.Status
 		if !rep.Allowed {
 			d.Denied = best
 		}

@@ -22,11 +22,12 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 		if !ok {
 			return unknownRule(rs, &results[0]), nil
 		}
-		r, err := d.store.Take(ar.ns, c.Key, ar.LimitFor(c.Key), int64(min(c.Cost, bucket.MaxCost+1)), now)
+		lim := ar.LimitFor(c.Key)
+		r, err := d.store.Take(ar.ns, c.Key, lim, int64(min(c.Cost, bucket.MaxCost+1)), now)
 		if err != nil {
 			return false, requestError(err)
 		}
-		results[0] = toResult(r)
+		results[0] = toResult(r, lim)
 		return r.Allowed, nil
 	}
 
@@ -38,11 +39,12 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			allowed = unknownRule(rs, &results[i]) && allowed
 			continue
 		}
-		r, err := d.store.Check(ar.ns, c.Key, ar.LimitFor(c.Key), int64(min(c.Cost, bucket.MaxCost+1)), now)
+		lim := ar.LimitFor(c.Key)
+		r, err := d.store.Check(ar.ns, c.Key, lim, int64(min(c.Cost, bucket.MaxCost+1)), now)
 		if err != nil {
 			return false, requestError(err)
 		}
-		results[i] = toResult(r)
+		results[i] = toResult(r, lim)
 		allowed = allowed && r.Allowed
 	}
 	if !allowed {
@@ -68,12 +70,12 @@ func unknownRule(rs *ruleSet, r *ipc.Result) bool {
 	return true
 }
 
-func toResult(r bucket.Result) ipc.Result {
+func toResult(r bucket.Result, lim bucket.Limit) ipc.Result {
 	st := ipc.StatusOK
 	if !r.Allowed {
 		st = ipc.StatusOverLimit
 	}
-	return ipc.Result{Status: st, Limit: uint64(r.Limit), Remaining: uint64(r.Remaining), RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}
+	return ipc.Result{Status: st, Limit: uint64(r.Limit), Remaining: uint64(r.Remaining), RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Period: lim.Period()}
 }
 
 // requestError maps the store's refusals onto protocol error codes.

@@ -23,7 +23,7 @@
 //	HELLO    [1, version, client_name]                 client → server
 //	WELCOME  [1, version, server_name, max_frame, max_batch, max_key_len]
 //	CHECK    [2, id, [[rule, key, cost], ...]]         client → server
-//	RESULT   [3, id, allowed, [[status, limit, remaining, retry_after_ns, reset_after_ns], ...]]
+//	RESULT   [3, id, allowed, [[status, limit, remaining, retry_after_ns, reset_after_ns, period_ns], ...]]
 //	ERROR    [4, id, code, message]                    server → client
 //	INSPECT  [5, id, rule, key]                        client → server
 //	BALANCE  [6, id, known, balance, limit, burst]     server → client
@@ -36,8 +36,9 @@
 // max_batch checks; it is admitted only if every check admits, and only then is
 // every check charged. RESULT carries one entry per check, in order: status
 // (see Status), the rule's requests per period, whole tokens remaining,
-// nanoseconds until the check's cost is covered (0 when it admits) and
-// nanoseconds until the bucket is full.
+// nanoseconds until the check's cost is covered (0 when it admits),
+// nanoseconds until the bucket is full, and the rule's period in nanoseconds
+// (limit per period is the rate; 0 for unknown rules).
 //
 // INSPECT reads a key's bucket without charging it: BALANCE says whether the
 // rule exists, the balance in tokens (a float: at most burst, negative when in

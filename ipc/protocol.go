@@ -118,6 +118,7 @@ type Result struct {
 	Remaining  uint64
 	RetryAfter time.Duration
 	ResetAfter time.Duration
+	Period     time.Duration // Limit tokens refill per Period
 }
 
 // Request is a CHECK message.
@@ -318,12 +319,13 @@ func AppendReply(b []byte, id uint64, allowed bool, results []Result) []byte {
 	b = mp.AppendBool(b, allowed)
 	b = mp.AppendArrayHeader(b, len(results))
 	for _, r := range results {
-		b = mp.AppendArrayHeader(b, 5)
+		b = mp.AppendArrayHeader(b, 6)
 		b = mp.AppendUint(b, uint64(r.Status))
 		b = mp.AppendUint(b, r.Limit)
 		b = mp.AppendUint(b, r.Remaining)
 		b = mp.AppendUint(b, uint64(max(r.RetryAfter, 0)))
 		b = mp.AppendUint(b, uint64(max(r.ResetAfter, 0)))
+		b = mp.AppendUint(b, uint64(max(r.Period, 0)))
 	}
 	return endFrame(b, start)
 }
@@ -480,19 +482,19 @@ func DecodeReply(body []byte, rep *Reply) error {
 		if err != nil {
 			return err
 		}
-		if m != 5 {
-			return d.Fail("result must have 5 fields")
+		if m != 6 {
+			return d.Fail("result must have 6 fields")
 		}
-		var f [5]uint64
+		var f [6]uint64
 		for i := range f {
 			if f[i], err = d.Uint(); err != nil {
 				return err
 			}
 		}
-		if f[3] > 1<<63-1 || f[4] > 1<<63-1 {
+		if f[3] > 1<<63-1 || f[4] > 1<<63-1 || f[5] > 1<<63-1 {
 			return d.Fail("duration overflows")
 		}
-		rep.Results = append(rep.Results, Result{Status: Status(f[0]), Limit: f[1], Remaining: f[2], RetryAfter: time.Duration(f[3]), ResetAfter: time.Duration(f[4])})
+		rep.Results = append(rep.Results, Result{Status: Status(f[0]), Limit: f[1], Remaining: f[2], RetryAfter: time.Duration(f[3]), ResetAfter: time.Duration(f[4]), Period: time.Duration(f[5])})
 	}
 	return d.End()
 }

@@ -29,7 +29,7 @@ func TestRoundTripAllMessages(t *testing.T) {
 	}
 	results := []Result{
 		{Status: StatusOK, Limit: 100, Remaining: 99, ResetAfter: 10 * time.Millisecond},
-		{Status: StatusOverLimit, Limit: 4, RetryAfter: 2250 * time.Millisecond, ResetAfter: 3 * time.Second},
+		{Status: StatusOverLimit, Limit: 4, RetryAfter: 2250 * time.Millisecond, ResetAfter: 3 * time.Second, Period: time.Second},
 	}
 	var rep Reply
 	if err := DecodeReply(body(AppendReply(nil, 7, false, results)), &rep); err != nil {
@@ -82,7 +82,7 @@ func TestInteroperatesWithStockMsgpack(t *testing.T) {
 	if err := msgpack.Unmarshal(body(AppendReply(nil, 300, true, []Result{{Status: StatusOK, Limit: 5, Remaining: 4, ResetAfter: time.Second}})), &generic); err != nil {
 		t.Fatal(err)
 	}
-	want := []any{uint8(3), uint16(300), true, []any{[]any{int8(0), int8(5), int8(4), int8(0), uint32(1e9)}}}
+	want := []any{uint8(3), uint16(300), true, []any{[]any{int8(0), int8(5), int8(4), int8(0), uint32(1e9), int8(0)}}}
 	if !reflect.DeepEqual(normalise(generic), normalise(want)) {
 		t.Fatalf("stock decoder read %#v", generic)
 	}

@@ -1,0 +1,13 @@
+// Package httplimit puts Sluice in front of net/http handlers: it identifies
+// the client of a request (API key, authenticated user, or client IP behind
+// trusted proxies), matches the request to route rules (method and path
+// pattern → limits and costs), asks a Limiter (a clientlib.Client, or an
+// embedded daemon) for a decision, writes the rate-limit headers clients
+// expect, and answers 429 with a problem-details body when throttled.
+//
+// It also offers the other side: Transport, an http.RoundTripper for callers
+// of rate-limited APIs that waits as 429 and 503 responses ask and otherwise
+// backs off with full jitter.
+//
+// It uses the standard library only (and clientlib's types).
+package httplimit
