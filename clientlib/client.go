@@ -95,6 +95,9 @@ type Decision struct {
 	Status ipc.Status
 	// Denied is the index of the deciding check when the request is denied, else -1.
 	Denied int
+	// Deciding is the index of the check Limit, Remaining and the durations
+	// describe (-1 when the daemon did not decide).
+	Deciding int
 	// FailedOpen is true when the daemon did not decide (even under
 	// FailClosed, where the decision is then a denial); Err says why.
 	FailedOpen bool
@@ -304,7 +307,7 @@ func (c *Client) pick() *conn {
 
 func (c *Client) decided(rep *ipc.Reply) Decision {
 	c.decisions.Add(1)
-	d := Decision{Allowed: rep.Allowed, Denied: -1}
+	d := Decision{Allowed: rep.Allowed, Denied: -1, Deciding: -1}
 	best := -1
 	for i := range rep.Results {
 		if best < 0 || moreRestrictive(rep.Results[i], rep.Results[best]) {
@@ -314,6 +317,7 @@ func (c *Client) decided(rep *ipc.Reply) Decision {
 	if best >= 0 {
 		r := rep.Results[best]
 		d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Period, d.Status = int64(r.Limit), int64(r.Remaining), r.RetryAfter, r.ResetAfter, r.Period, r.Status
+		d.Deciding = best
 		if !rep.Allowed {
 			d.Denied = best
 		}
@@ -342,10 +346,10 @@ func (c *Client) undecided(err error, timedOut bool) Decision {
 	}
 	if c.opts.FailClosed {
 		c.failedClosed.Add(1)
-		return Decision{Allowed: false, Denied: -1, FailedOpen: true, Err: err}
+		return Decision{Allowed: false, Denied: -1, Deciding: -1, FailedOpen: true, Err: err}
 	}
 	c.failedOpen.Add(1)
-	return Decision{Allowed: true, Denied: -1, FailedOpen: true, Err: err}
+	return Decision{Allowed: true, Denied: -1, Deciding: -1, FailedOpen: true, Err: err}
 }
 
 // connLost is called by a connection that died: callers fail fast once no

@@ -1,0 +1,260 @@
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicelabs/sluice/clientlib"
+)
+
+// Limiter decides. *clientlib.Client satisfies it, and so does an embedded
+// limiter running in the same process.
+type Limiter interface {
+	AllowAll(ctx context.Context, checks ...clientlib.Check) clientlib.Decision
+}
+
+// Limit is one limit a request is checked against.
+type Limit struct {
+	Rule string
+	// Cost is the tokens a matching request takes. Default 1.
+	Cost int64
+	// PerRoute keys the limit by the route pattern, shared by all clients,
+	// instead of by the client.
+	PerRoute bool
+}
+
+// Route applies limits to the requests a pattern matches. Patterns use
+// net/http.ServeMux syntax: "GET /items/{id}", "POST /upload", "/api/".
+type Route struct {
+	Pattern string
+	Limits  []Limit
+}
+
+// Headers selects which families of rate-limit headers are written.
+type Headers uint8
+
+const (
+	// HeadersLegacy: X-Ratelimit-Limit, X-Ratelimit-Remaining, X-Ratelimit-Retry-After.
+	HeadersLegacy Headers = 1 << iota
+	// HeadersDraft: RateLimit-Policy and RateLimit, in the structured-field
+	// syntax of draft-ietf-httpapi-ratelimit-headers.
+	HeadersDraft
+	// HeadersNone writes no limit headers (Retry-After on 429 is always written).
+	HeadersNone Headers = 0
+	// HeadersAll is the default.
+	HeadersAll = HeadersLegacy | HeadersDraft
+)
+
+// Config configures a Middleware.
+type Config struct {
+	Limiter  Limiter
+	Identity Identity
+	// Routes are matched most-specific first, as net/http.ServeMux does.
+	Routes []Route
+	// Default applies to requests no route matches; empty: such requests
+	// pass unlimited.
+	Default []Limit
+	// Headers to write; nil means HeadersAll.
+	Headers *Headers
+}
+
+// Middleware limits requests before they reach a handler.
+type Middleware struct {
+	cfg     Config
+	headers Headers
+	mux     *http.ServeMux
+	routes  map[string]*Route
+}
+
+// New validates cfg and returns a Middleware.
+func New(cfg Config) (m *Middleware, err error) {
+	if cfg.Limiter == nil {
+		return nil, fmt.Errorf("httplimit: a Limiter is required")
+	}
+	m = &Middleware{cfg: cfg, headers: HeadersAll, mux: http.NewServeMux(), routes: map[string]*Route{}}
+	if cfg.Headers != nil {
+		m.headers = *cfg.Headers
+	}
+	check := func(where string, limits []Limit) error {
+		for i, l := range limits {
+			if l.Rule == "" {
+				return fmt.Errorf("httplimit: %s limit %d: rule is empty", where, i)
+			}
+			if l.Cost < 0 {
+				return fmt.Errorf("httplimit: %s limit %d: cost %d is negative", where, i, l.Cost)
+			}
+		}
+		return nil
+	}
+	if err := check("default", cfg.Default); err != nil {
+		return nil, err
+	}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if err := check("route "+r.Pattern, r.Limits); err != nil {
+			return nil, err
+		}
+		if err := register(m.mux, r.Pattern); err != nil {
+			return nil, err
+		}
+		m.routes[r.Pattern] = r
+	}
+	return m, nil
+}
+
+// register adds a pattern to the matcher, turning ServeMux's panics on bad
+// or conflicting patterns into errors.
+func register(mux *http.ServeMux, pattern string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("httplimit: route %q: %v", pattern, p)
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return nil
+}
+
+// Checks returns the checks a request must pass and the matched route
+// pattern ("" when the defaults apply).
+func (m *Middleware) Checks(r *http.Request) ([]clientlib.Check, string) {
+	limits := m.cfg.Default
+	_, pattern := m.mux.Handler(r)
+	if route, ok := m.routes[pattern]; ok {
+		limits = route.Limits
+	} else {
+		pattern = ""
+	}
+	if len(limits) == 0 {
+		return nil, pattern
+	}
+	client := m.cfg.Identity.Key(r)
+	checks := make([]clientlib.Check, len(limits))
+	for i, l := range limits {
+		key := client
+		if l.PerRoute {
+			key = "route:" + pattern
+		}
+		checks[i] = clientlib.Check{Rule: l.Rule, Key: key, Cost: max(l.Cost, 1)}
+	}
+	return checks, pattern
+}
+
+// Decide asks the limiter about r. ok is false when no limit applies.
+func (m *Middleware) Decide(r *http.Request) (d clientlib.Decision, checks []clientlib.Check, ok bool) {
+	checks, _ = m.Checks(r)
+	if len(checks) == 0 {
+		return clientlib.Decision{Allowed: true, Denied: -1}, nil, false
+	}
+	return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, true
+}
+
+// Wrap returns h behind the limiter: admitted requests reach h with limit
+// headers set; throttled ones get 429 and never reach it. When the limiter
+// fails open, requests pass without limit headers.
+func (m *Middleware) Wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, checks, limited := m.Decide(r)
+		if !limited || d.FailedOpen && d.Allowed {
+			h.ServeHTTP(w, r) // no decision: no limit headers to give
+			return
+		}
+		if !d.FailedOpen {
+			m.WriteHeaders(w.Header(), d, checks)
+		}
+		if d.Allowed {
+			h.ServeHTTP(w, r)
+			return
+		}
+		WriteTooManyRequests(w, d, checks)
+	})
+}
+
+// policyName is the deciding check's rule, for the draft headers.
+func policyName(d clientlib.Decision, checks []clientlib.Check) string {
+	if d.Deciding < 0 || d.Deciding >= len(checks) {
+		return "sluice"
+	}
+	return checks[d.Deciding].Rule
+}
+
+// WriteHeaders sets the rate-limit headers for a decision.
+func (m *Middleware) WriteHeaders(h http.Header, d clientlib.Decision, checks []clientlib.Check) {
+	if m.headers&HeadersLegacy != 0 {
+		h.Set("X-Ratelimit-Limit", strconv.FormatInt(d.Limit, 10))
+		h.Set("X-Ratelimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
+		h.Set("X-Ratelimit-Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+	}
+	if m.headers&HeadersDraft != 0 && d.Period > 0 {
+		name := sfString(policyName(d, checks))
+		h.Set("RateLimit-Policy", fmt.Sprintf("%s;q=%d;w=%d", name, d.Limit, ceilSeconds(d.Period)))
+		reset := d.ResetAfter
+		if !d.Allowed {
+			reset = d.RetryAfter
+		}
+		h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, max(d.Remaining, 0), ceilSeconds(reset)))
+	}
+}
+
+// problem is an RFC 9457 problem-details body.
+type problem struct {
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Status     int    `json:"status"`
+	Detail     string `json:"detail"`
+	RetryAfter int64  `json:"retry_after"`
+	Rule       string `json:"rule,omitempty"`
+}
+
+// WriteTooManyRequests answers 429 with Retry-After and a problem-details body.
+func WriteTooManyRequests(w http.ResponseWriter, d clientlib.Decision, checks []clientlib.Check) {
+	retry := ceilSeconds(d.RetryAfter)
+	if retry < 1 && !d.FailedOpen {
+		retry = 1
+	}
+	rule := ""
+	if d.Denied >= 0 && d.Denied < len(checks) {
+		rule = checks[d.Denied].Rule
+	}
+	w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	detail := fmt.Sprintf("rate limit exceeded; retry in %d s", retry)
+	if rule != "" {
+		detail = fmt.Sprintf("rate limit %q exceeded; retry in %d s", rule, retry)
+	}
+	json.NewEncoder(w).Encode(problem{
+		Type: "about:blank", Title: "Too Many Requests", Status: http.StatusTooManyRequests,
+		Detail: detail, RetryAfter: retry, Rule: rule,
+	})
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// sfString renders s as a structured-field string (RFC 8941): quoted, with
+// backslash and quote escaped, other characters outside printable ASCII dropped.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r >= 0x20 && r < 0x7f:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
