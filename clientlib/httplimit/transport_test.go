@@ -51,9 +51,13 @@ type fakeTime struct {
 func (f *fakeTime) transport() *Transport {
 	f.now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	return &Transport{
-		Now:   func() time.Time { return f.now },
-		Sleep: func(ctx context.Context, d time.Duration) error { f.waits = append(f.waits, d); f.now = f.now.Add(d); return ctx.Err() },
-		Rand:  func() float64 { return 0.5 },
+		Now: func() time.Time { return f.now },
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			f.waits = append(f.waits, d)
+			f.now = f.now.Add(d)
+			return ctx.Err()
+		},
+		Rand: func() float64 { return 0.5 },
 	}
 }
 
