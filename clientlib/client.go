@@ -307,6 +307,18 @@ func (c *Client) pick() *conn {
 
 func (c *Client) decided(rep *ipc.Reply) Decision {
 	c.decisions.Add(1)
+	d := DecisionOf(rep.Allowed, rep.Results)
+	if !rep.Allowed {
+		c.denied.Add(1)
+	}
+	return d
+}
+
+// DecisionOf summarises a daemon's per-check results as one Decision. An
+// embedded limiter, deciding in-process, uses it to answer exactly as a
+// Client would.
+func DecisionOf(allowed bool, results []ipc.Result) Decision {
+	rep := ipc.Reply{Allowed: allowed, Results: results}
 	d := Decision{Allowed: rep.Allowed, Denied: -1, Deciding: -1}
 	best := -1
 	for i := range rep.Results {
@@ -321,9 +333,6 @@ func (c *Client) decided(rep *ipc.Reply) Decision {
 		if !rep.Allowed {
 			d.Denied = best
 		}
-	}
-	if !rep.Allowed {
-		c.denied.Add(1)
 	}
 	return d
 }

@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/clientlib"
+	"github.com/sluicelabs/sluice/config"
+)
+
+func embed(t *testing.T, rules string, clk *fakeClock, cluster config.ClusterSettings) *Embedded {
+	t.Helper()
+	d, _, _ := newDaemon(t, rules) // for its rules file and settings
+	s := d.settings
+	s.Cluster = cluster
+	cfg := Config{Settings: s}
+	if clk != nil {
+		cfg.Now = clk.Now
+	}
+	e, err := Embed(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestEmbeddedDecidesLikeTheDaemon(t *testing.T) {
+	clk := &fakeClock{}
+	e := embed(t, testRules, clk, config.ClusterSettings{})
+	ctx := context.Background()
+	for i := range 5 {
+		d := e.Allow(ctx, "four", "k")
+		if d.Allowed != (i < 4) || d.FailedOpen {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+	}
+	if d := e.Allow(ctx, "four", "k"); d.RetryAfter != 250*time.Millisecond || d.Period != time.Second || d.Limit != 4 {
+		t.Fatalf("throttled decision %+v", d)
+	}
+	d := e.AllowAll(ctx, clientlib.Check{Rule: "user", Key: "a", Cost: 1}, clientlib.Check{Rule: "route", Key: "/x", Cost: 2})
+	if !d.Allowed || d.Remaining != 0 || d.Deciding != 1 {
+		t.Fatalf("multi-check %+v", d)
+	}
+	if d := e.AllowAll(ctx, clientlib.Check{Rule: "four", Key: "k2", Cost: 5}); !d.Allowed || !d.FailedOpen || d.Err == nil {
+		t.Fatalf("cost above burst: %+v", d)
+	}
+	if d := e.Allow(ctx, "nope", "k"); d.Allowed {
+		t.Fatalf("unknown rule under deny admitted: %+v", d)
+	}
+}
+
+func TestEmbeddedAllocatesNothing(t *testing.T) {
+	clk := &fakeClock{}
+	e := embed(t, testRules, clk, config.ClusterSettings{})
+	ctx := context.Background()
+	checks := []clientlib.Check{{Rule: "user", Key: "alice", Cost: 1}, {Rule: "route", Key: "/x", Cost: 1}}
+	e.AllowAll(ctx, checks...)
+	allocs := testing.AllocsPerRun(500, func() {
+		clk.Advance(time.Second)
+		e.AllowAll(ctx, checks...)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per embedded decision, want 0", allocs)
+	}
+}
+
+func TestEmbeddedLimitersShareALimitOverGossip(t *testing.T) {
+	rules := "rules:\n  slow:\n    rate: 5/1h\n"
+	a := embed(t, rules, nil, config.ClusterSettings{Bind: "127.0.0.1:0", GossipInterval: 10 * time.Millisecond})
+	addr := a.Daemon().Syncer().Addr()
+	b := embed(t, rules, nil, config.ClusterSettings{Bind: "127.0.0.1:0", Join: []string{addr}, GossipInterval: 10 * time.Millisecond})
+	deadline := time.Now().Add(15 * time.Second)
+	for a.Daemon().Syncer().NumAlive() != 2 || b.Daemon().Syncer().NumAlive() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the two embedded limiters did not form a cluster")
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+	ctx := context.Background()
+	for range 5 {
+		a.Allow(ctx, "slow", "shared")
+	}
+	for time.Now().Before(deadline) {
+		if bal, _ := b.Daemon().Balance("slow", "shared"); bal <= 0.01 {
+			return
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+	t.Fatal("b never learned a's consumption")
+}
