@@ -56,7 +56,8 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "gossip-keyring", EnvVars: []string{"SLUICE_GOSSIP_KEYRING"}, Usage: "JSON file listing base64 keys, the first used to encrypt (for key rotation)", Category: "cluster"},
 			&cli.StringFlag{Name: "cluster-label", Value: gossip.DefaultLabel, EnvVars: []string{"SLUICE_CLUSTER_LABEL"}, Usage: "label on every packet: keeps clusters on one network apart", Category: "cluster"},
 		},
-		Action: run,
+		Action:   run,
+		Commands: []*cli.Command{proxyCommand()},
 	}
 }
 

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -330,4 +333,38 @@ func TestTwoProcessesShareALimit(t *testing.T) {
 		t.Fatalf("b admitted %d of a burst of 5 that a had already spent: it never heard of a's consumption", admittedByB)
 	}
 	t.Logf("b admitted %d before learning a's consumption", admittedByB)
+}
+
+// The sidecar proxy, as shipped: sluiced proxy in front of an upstream,
+// limiting through a running daemon, with a routes file.
+func TestProxyCommandLimitsThroughTheDaemon(t *testing.T) {
+	dir := tempDir(t)
+	sock, rules, routes := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "routes.yaml")
+	os.WriteFile(rules, []byte("rules:\n  api:\n    rate: 2/1h\n  uploads:\n    rate: 100/1h\n"), 0o600)
+	os.WriteFile(routes, []byte("identity:\n  header: X-API-Key\nroutes:\n  - match: \"GET /\"\n    limits:\n      - rule: api\n"), 0o600)
+	var reached atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer up.Close()
+	startDaemon(t, "--socket", sock, "--rules", rules)
+	eventually(t, "the daemon's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	listen := "127.0.0.1:" + freePort(t)
+	startDaemon(t, "proxy", "--listen", listen, "--upstream", up.URL, "--socket", sock, "--routes", routes, "--decision-timeout", "2s")
+	get := func(key string) int {
+		req, _ := http.NewRequest("GET", "http://"+listen+"/", nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	eventually(t, "the proxy serves, connected to the daemon", func() bool { return get("probe") == 200 })
+	codes := []int{get("alice"), get("alice"), get("alice"), get("bob")}
+	if fmt.Sprint(codes) != "[200 200 429 200]" {
+		t.Fatalf("codes %v, want [200 200 429 200]", codes)
+	}
+	if reached.Load() != 4 { // probe, alice ×2, bob
+		t.Fatalf("upstream reached %d times, want 4", reached.Load())
+	}
 }

@@ -1,0 +1,56 @@
+package httplimit
+
+import (
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy is a reverse proxy that puts a Middleware in front of one upstream:
+// the sidecar for services in any language. Bodies are streamed both ways,
+// WebSocket and other upgrades pass through, connections to the upstream are
+// kept alive, and the middleware can be replaced while requests flow.
+type Proxy struct {
+	rp *httputil.ReverseProxy
+	m  atomic.Pointer[Middleware]
+}
+
+// NewProxy returns a proxy to upstream behind m.
+func NewProxy(upstream *url.URL, m *Middleware) *Proxy {
+	transport := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   1024, // one upstream: keep plenty of connections warm
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     false,
+	}
+	p := &Proxy{}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport:     transport,
+		FlushInterval: -1, // stream: flush every write
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			http.Error(w, "upstream unavailable", http.StatusBadGateway)
+		},
+	}
+	p.m.Store(m)
+	return p
+}
+
+// SetMiddleware swaps the limits in force; requests in flight finish with
+// the ones they started with.
+func (p *Proxy) SetMiddleware(m *Middleware) { p.m.Store(m) }
+
+// ServeHTTP limits the request, then forwards it.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.m.Load().Wrap(p.rp).ServeHTTP(w, r)
+}

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ProxyRoutes is the routes file of the HTTP proxy (sluiced proxy): how to
+// identify clients and which limits apply to which requests.
+type ProxyRoutes struct {
+	Identity ProxyIdentity `yaml:"identity"`
+	// Headers lists the header families to write: legacy, draft. Default both.
+	Headers []string `yaml:"headers"`
+	// Default limits apply to requests no route matches.
+	Default []ProxyLimit `yaml:"default"`
+	Routes  []ProxyRoute `yaml:"routes"`
+}
+
+// ProxyIdentity says how a client's key is built (see httplimit.Identity).
+type ProxyIdentity struct {
+	Header         string   `yaml:"header"`
+	ClientIP       *bool    `yaml:"client_ip"` // default true
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	Anonymous      string   `yaml:"anonymous"`
+}
+
+// ProxyLimit is one limit: a rule, its cost, and whether it is keyed per route.
+type ProxyLimit struct {
+	Rule     string `yaml:"rule"`
+	Cost     int64  `yaml:"cost"`
+	PerRoute bool   `yaml:"per_route"`
+}
+
+// ProxyRoute applies limits to requests matching a net/http.ServeMux pattern.
+type ProxyRoute struct {
+	Match  string       `yaml:"match"`
+	Limits []ProxyLimit `yaml:"limits"`
+}
+
+// LoadProxyRoutes reads a routes file; unknown fields are errors naming the line.
+func LoadProxyRoutes(path string) (*ProxyRoutes, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load routes: %w", err)
+	}
+	return ParseProxyRoutes(path, data)
+}
+
+// ParseProxyRoutes parses a routes file's contents.
+func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
+	var r ProxyRoutes
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&r); err != nil && !errors.Is(err, io.EOF) { // an empty file is no routes
+		return nil, fmt.Errorf("invalid routes %s: %w", source, err)
+	}
+	check := func(where string, limits []ProxyLimit) error {
+		for i, l := range limits {
+			if l.Rule == "" {
+				return fmt.Errorf("invalid routes %s: %s limit %d: rule is missing", source, where, i)
+			}
+			if l.Cost < 0 {
+				return fmt.Errorf("invalid routes %s: %s limit %d: cost %d is negative", source, where, i, l.Cost)
+			}
+		}
+		return nil
+	}
+	if err := check("default", r.Default); err != nil {
+		return nil, err
+	}
+	for i, rt := range r.Routes {
+		if rt.Match == "" {
+			return nil, fmt.Errorf("invalid routes %s: route %d: match is missing", source, i)
+		}
+		if err := check("route "+rt.Match, rt.Limits); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range r.Headers {
+		if h != "legacy" && h != "draft" {
+			return nil, fmt.Errorf("invalid routes %s: headers: %q is not legacy or draft", source, h)
+		}
+	}
+	return &r, nil
+}
