@@ -45,6 +45,23 @@ func (b *Bucket) Take(lim Limit, cost int64, now time.Time) Result {
 	return lim.result(false, full, n, full-lim.burstNanos+costN-n)
 }
 
+// Reserve is Take for a caller willing to wait up to maxWait: if the
+// balance does not cover cost now but will within maxWait, the cost is
+// charged now (reserving the caller's turn, in arrival order, as a leaky
+// bucket would) and the result is allowed with RetryAfter set to how long
+// the caller must wait before going ahead. Otherwise it decides as Take.
+func (b *Bucket) Reserve(lim Limit, cost int64, maxWait time.Duration, now time.Time) Result {
+	r := b.Take(lim, cost, now)
+	if r.Allowed || r.RetryAfter > maxWait {
+		return r
+	}
+	n := now.UnixNano()
+	b.full = max(b.full, n) + lim.costNanos(cost)
+	res := lim.result(true, b.full, n, 0)
+	res.RetryAfter = r.RetryAfter
+	return res
+}
+
 // Check reports what Take would decide, without charging.
 func (b *Bucket) Check(lim Limit, cost int64, now time.Time) Result {
 	n := now.UnixNano()

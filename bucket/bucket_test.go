@@ -184,3 +184,26 @@ func TestZeroBucketIsFull(t *testing.T) {
 		t.Fatal("bucket not full after one token's refill time")
 	}
 }
+
+func TestReserveQueuesInArrivalOrderWithinMaxWait(t *testing.T) {
+	lim := MustLimit(1, time.Second, 1)
+	var b Bucket
+	waits := []time.Duration{}
+	for range 4 {
+		r := b.Reserve(lim, 1, 2500*time.Millisecond, t0)
+		if !r.Allowed {
+			waits = append(waits, -1)
+			continue
+		}
+		waits = append(waits, r.RetryAfter)
+	}
+	want := []time.Duration{0, time.Second, 2 * time.Second, -1} // the 4th would wait 3s > 2.5s
+	for i := range want {
+		if waits[i] != want[i] {
+			t.Fatalf("waits %v, want %v", waits, want)
+		}
+	}
+	if bl := b.Balance(lim, t0); bl != -2 {
+		t.Fatalf("balance %v, want -2 (three reserved, one refused)", bl)
+	}
+}

@@ -171,6 +171,27 @@ func (s *Store) Take(ns Namespace, key []byte, lim Limit, cost int64, now time.T
 	return r, nil
 }
 
+// Reserve is Take for a caller willing to wait up to maxWait (see
+// Bucket.Reserve): an allowed result with a positive RetryAfter means "go
+// ahead after waiting that long; your tokens are taken".
+func (s *Store) Reserve(ns Namespace, key []byte, lim Limit, cost int64, maxWait time.Duration, now time.Time) (Result, error) {
+	if err := s.validate(key, lim, cost); err != nil {
+		return Result{}, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	e := sh.buckets[storeKey{ns, string(key)}]
+	if e == nil {
+		e = sh.insert(s, ns, key, now)
+	}
+	r := e.Reserve(lim, cost, maxWait, now)
+	if r.Allowed && e.t != nil {
+		sh.record(e, cost)
+	}
+	sh.mu.Unlock()
+	return r, nil
+}
+
 // Check reports what Take would decide without charging or creating a bucket.
 func (s *Store) Check(ns Namespace, key []byte, lim Limit, cost int64, now time.Time) (Result, error) {
 	if err := s.validate(key, lim, cost); err != nil {

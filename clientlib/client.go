@@ -75,6 +75,10 @@ type Check struct {
 	Rule string
 	Key  string
 	Cost int64
+	// MaxDelay, when positive, asks for shaping: if the tokens will be there
+	// within MaxDelay they are reserved now, and the decision is allowed
+	// with a Delay the caller must wait before going ahead.
+	MaxDelay time.Duration
 }
 
 // Decision is the answer to a call.
@@ -91,6 +95,9 @@ type Decision struct {
 	ResetAfter time.Duration
 	// Period is the deciding check's rule period: Limit tokens per Period.
 	Period time.Duration
+	// Delay is how long to wait before going ahead, when a shaped check was
+	// admitted by reserving a later turn (see Check.MaxDelay); 0 otherwise.
+	Delay time.Duration
 	// Status is the deciding check's status.
 	Status ipc.Status
 	// Denied is the index of the deciding check when the request is denied, else -1.
@@ -333,6 +340,14 @@ func DecisionOf(allowed bool, results []ipc.Result) Decision {
 		if !rep.Allowed {
 			d.Denied = best
 		}
+	}
+	if rep.Allowed {
+		for _, r := range rep.Results {
+			if r.Status == ipc.StatusDelayed {
+				d.Delay = max(d.Delay, r.RetryAfter)
+			}
+		}
+		d.RetryAfter = 0
 	}
 	return d
 }

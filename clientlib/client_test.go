@@ -152,10 +152,10 @@ func TestDecisionsFromDaemon(t *testing.T) {
 		checks []Check
 		want   Decision
 	}{
-		{"admitted", []Check{{"api", "alice", 1}}, Decision{Allowed: true, Limit: 10, Remaining: 5, ResetAfter: time.Second, Status: ipc.StatusOK, Denied: -1, Deciding: 0}},
-		{"throttled", []Check{{"deny", "ab", 1}}, Decision{Allowed: false, Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 9 * time.Second, Status: ipc.StatusOverLimit, Denied: 0, Deciding: 0}},
-		{"multi: fewest remaining decides", []Check{{"api", "longkey", 1}, {"api", "k", 1}}, Decision{Allowed: true, Limit: 10, Remaining: 1, ResetAfter: time.Second, Status: ipc.StatusOK, Denied: -1, Deciding: 1}},
-		{"multi: longest wait decides", []Check{{"api", "x", 1}, {"deny", "a", 1}, {"deny", "abc", 1}}, Decision{Allowed: false, Limit: 5, RetryAfter: 3 * time.Second, ResetAfter: 9 * time.Second, Status: ipc.StatusOverLimit, Denied: 2, Deciding: 2}},
+		{"admitted", []Check{{Rule: "api", Key: "alice", Cost: 1}}, Decision{Allowed: true, Limit: 10, Remaining: 5, ResetAfter: time.Second, Status: ipc.StatusOK, Denied: -1, Deciding: 0}},
+		{"throttled", []Check{{Rule: "deny", Key: "ab", Cost: 1}}, Decision{Allowed: false, Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 9 * time.Second, Status: ipc.StatusOverLimit, Denied: 0, Deciding: 0}},
+		{"multi: fewest remaining decides", []Check{{Rule: "api", Key: "longkey", Cost: 1}, {Rule: "api", Key: "k", Cost: 1}}, Decision{Allowed: true, Limit: 10, Remaining: 1, ResetAfter: time.Second, Status: ipc.StatusOK, Denied: -1, Deciding: 1}},
+		{"multi: longest wait decides", []Check{{Rule: "api", Key: "x", Cost: 1}, {Rule: "deny", Key: "a", Cost: 1}, {Rule: "deny", Key: "abc", Cost: 1}}, Decision{Allowed: false, Limit: 5, RetryAfter: 3 * time.Second, ResetAfter: 9 * time.Second, Status: ipc.StatusOverLimit, Denied: 2, Deciding: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -365,7 +365,7 @@ func TestAllowAllocatesNothing(t *testing.T) {
 	c := openClient(t, Options{SocketPath: path, Timeout: generous, Conns: 1})
 	waitUp(t, c)
 	ctx := context.Background()
-	checks := []Check{{"api", "alice", 1}, {"route", "GET /", 2}}
+	checks := []Check{{Rule: "api", Key: "alice", Cost: 1}, {Rule: "route", Key: "GET /", Cost: 2}}
 	c.AllowAll(ctx, checks...) // warm the pool and buffers
 	allocs := testing.AllocsPerRun(200, func() {
 		if d := c.AllowAll(ctx, checks...); d.FailedOpen {

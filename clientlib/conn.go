@@ -114,7 +114,7 @@ func (cn *conn) send(cl *call, checks []Check, timeout time.Duration) error {
 	return cn.write(cl, timeout, func(b []byte, id uint64) []byte {
 		b, start := ipc.BeginRequest(b, id, len(checks))
 		for _, ch := range checks {
-			b = ipc.AppendCheck(b, ch.Rule, ch.Key, uint64(ch.Cost))
+			b = ipc.AppendShapedCheck(b, ch.Rule, ch.Key, uint64(ch.Cost), ch.MaxDelay)
 		}
 		return ipc.FinishFrame(b, start)
 	})

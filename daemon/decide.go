@@ -10,7 +10,8 @@ import (
 
 // Decide implements ipc.Decider. It reads the clock once. A single check is
 // taken atomically; several are first all checked, and charged only if all
-// admit. Between the check and the charge another request may spend the same
+// admit. A check with a MaxDelay that would be refused is instead charged and
+// marked delayed when its turn comes within MaxDelay. Between the check and the charge another request may spend the same
 // tokens, so concurrent multi-checks can overshoot by the requests in flight,
 // pushing a balance below zero; that errs toward admitting, as the cluster does.
 func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) {
@@ -23,7 +24,14 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			return unknownRule(rs, &results[0]), nil
 		}
 		lim := ar.LimitFor(c.Key)
-		r, err := d.store.Take(ar.ns, c.Key, lim, int64(min(c.Cost, bucket.MaxCost+1)), now)
+		cost := int64(min(c.Cost, bucket.MaxCost+1))
+		var r bucket.Result
+		var err error
+		if c.MaxDelay > 0 {
+			r, err = d.store.Reserve(ar.ns, c.Key, lim, cost, c.MaxDelay, now)
+		} else {
+			r, err = d.store.Take(ar.ns, c.Key, lim, cost, now)
+		}
 		if err != nil {
 			return false, requestError(err)
 		}
@@ -45,6 +53,10 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			return false, requestError(err)
 		}
 		results[i] = toResult(r, lim)
+		if !r.Allowed && c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay {
+			results[i].Status = ipc.StatusDelayed // its turn comes in time: charged below, caller waits
+			continue
+		}
 		allowed = allowed && r.Allowed
 	}
 	if !allowed {
@@ -72,8 +84,11 @@ func unknownRule(rs *ruleSet, r *ipc.Result) bool {
 
 func toResult(r bucket.Result, lim bucket.Limit) ipc.Result {
 	st := ipc.StatusOK
-	if !r.Allowed {
+	switch {
+	case !r.Allowed:
 		st = ipc.StatusOverLimit
+	case r.RetryAfter > 0:
+		st = ipc.StatusDelayed // reserved: go ahead after RetryAfter
 	}
 	return ipc.Result{Status: st, Limit: uint64(r.Limit), Remaining: uint64(r.Remaining), RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Period: lim.Period()}
 }

@@ -70,7 +70,7 @@ func (e *Embedded) AllowAll(_ context.Context, checks ...clientlib.Check) client
 		}
 		// Decide neither keeps nor changes these bytes (the store copies a
 		// key when it creates its bucket), so the strings are lent, not copied.
-		cs = append(cs, ipc.Check{Rule: bytesOf(c.Rule), Key: bytesOf(c.Key), Cost: uint64(c.Cost)})
+		cs = append(cs, ipc.Check{Rule: bytesOf(c.Rule), Key: bytesOf(c.Key), Cost: uint64(c.Cost), MaxDelay: c.MaxDelay})
 	}
 	rs = rs[:len(cs)]
 	allowed, err := e.d.Decide(cs, rs)

@@ -22,7 +22,7 @@
 //
 //	HELLO    [1, version, client_name]                 client → server
 //	WELCOME  [1, version, server_name, max_frame, max_batch, max_key_len]
-//	CHECK    [2, id, [[rule, key, cost], ...]]         client → server
+//	CHECK    [2, id, [[rule, key, cost(, max_delay_ns)], ...]]   client → server
 //	RESULT   [3, id, allowed, [[status, limit, remaining, retry_after_ns, reset_after_ns, period_ns], ...]]
 //	ERROR    [4, id, code, message]                    server → client
 //	INSPECT  [5, id, rule, key]                        client → server
@@ -34,7 +34,11 @@
 // have many CHECKs in flight on one connection and match replies as they come
 // (replies to one connection are sent in request order). A CHECK holds 1 to
 // max_batch checks; it is admitted only if every check admits, and only then is
-// every check charged. RESULT carries one entry per check, in order: status
+// every check charged. A check with the optional fourth field asks to be
+// shaped rather than refused: if its tokens will be there within max_delay_ns,
+// they are taken now and its status is delayed (4) with retry_after saying how
+// long the caller must wait before going ahead; requests are so served in
+// arrival order, as from a leaky bucket. RESULT carries one entry per check, in order: status
 // (see Status), the rule's requests per period, whole tokens remaining,
 // nanoseconds until the check's cost is covered (0 when it admits),
 // nanoseconds until the bucket is full, and the rule's period in nanoseconds

@@ -41,10 +41,16 @@ const (
 	StatusUnknownRule Status = 2
 	// StatusUnknownRuleAllowed: no such rule, and the policy admits unknown rules.
 	StatusUnknownRuleAllowed Status = 3
+	// StatusDelayed: admitted and charged, but the caller must first wait
+	// retry_after (the check asked to be shaped, and its turn comes within
+	// its max_delay).
+	StatusDelayed Status = 4
 )
 
 // Admits reports whether the status lets the request through.
-func (s Status) Admits() bool { return s == StatusOK || s == StatusUnknownRuleAllowed }
+func (s Status) Admits() bool {
+	return s == StatusOK || s == StatusUnknownRuleAllowed || s == StatusDelayed
+}
 
 func (s Status) String() string {
 	switch s {
@@ -56,6 +62,8 @@ func (s Status) String() string {
 		return "unknown_rule"
 	case StatusUnknownRuleAllowed:
 		return "unknown_rule_allowed"
+	case StatusDelayed:
+		return "delayed"
 	}
 	return fmt.Sprintf("status(%d)", uint64(s))
 }
@@ -109,6 +117,9 @@ type Check struct {
 	Rule []byte
 	Key  []byte
 	Cost uint64
+	// MaxDelay, when positive, asks for shaping: rather than deny, reserve
+	// the tokens and say how long to wait, if that is at most MaxDelay.
+	MaxDelay time.Duration
 }
 
 // Result is the outcome of one Check.
@@ -283,7 +294,7 @@ func AppendWelcome(b []byte, w Welcome) []byte {
 func AppendRequest(b []byte, id uint64, checks []Check) []byte {
 	b, start := BeginRequest(b, id, len(checks))
 	for _, c := range checks {
-		b = AppendCheck(b, c.Rule, c.Key, c.Cost)
+		b = AppendShapedCheck(b, c.Rule, c.Key, c.Cost, c.MaxDelay)
 	}
 	return FinishFrame(b, start)
 }
@@ -305,6 +316,19 @@ func AppendCheck[S string | []byte](b []byte, rule, key S, cost uint64) []byte {
 	b = mp.AppendStr(b, rule)
 	b = mp.AppendStr(b, key)
 	return mp.AppendUint(b, cost)
+}
+
+// AppendShapedCheck is AppendCheck with a maximum delay (see Check.MaxDelay);
+// a zero maxDelay writes a plain check.
+func AppendShapedCheck[S string | []byte](b []byte, rule, key S, cost uint64, maxDelay time.Duration) []byte {
+	if maxDelay <= 0 {
+		return AppendCheck(b, rule, key, cost)
+	}
+	b = mp.AppendArrayHeader(b, 4)
+	b = mp.AppendStr(b, rule)
+	b = mp.AppendStr(b, key)
+	b = mp.AppendUint(b, cost)
+	return mp.AppendUint(b, uint64(maxDelay))
 }
 
 // FinishFrame fills in the length of the frame that starts at start.
@@ -442,8 +466,8 @@ func DecodeRequest(body []byte, req *Request, maxBatch int) error {
 		if err != nil {
 			return err
 		}
-		if m != 3 {
-			return d.Fail("check must have 3 fields")
+		if m != 3 && m != 4 {
+			return d.Fail("check must have 3 or 4 fields")
 		}
 		var c Check
 		if c.Rule, err = d.Bytes(); err != nil {
@@ -454,6 +478,13 @@ func DecodeRequest(body []byte, req *Request, maxBatch int) error {
 		}
 		if c.Cost, err = d.Uint(); err != nil {
 			return err
+		}
+		if m == 4 {
+			md, err := d.Uint()
+			if err != nil {
+				return err
+			}
+			c.MaxDelay = time.Duration(min(md, 1<<62))
 		}
 		req.Checks = append(req.Checks, c)
 	}

@@ -19,6 +19,7 @@ func TestRoundTripAllMessages(t *testing.T) {
 	checks := []Check{
 		{Rule: []byte("api"), Key: []byte("alice"), Cost: 1},
 		{Rule: []byte("route:/upload"), Key: []byte(strings.Repeat("k", 300)), Cost: 70000},
+		{Rule: []byte("shaped"), Key: []byte("k"), Cost: 1, MaxDelay: 1500 * time.Millisecond},
 	}
 	var req Request
 	if err := DecodeRequest(body(AppendRequest(nil, 1<<40, checks)), &req, 16); err != nil {
@@ -121,6 +122,7 @@ func TestDecodeRequestRejectsMalformed(t *testing.T) {
 		{"cost as float", mp([]any{2, 1, []any{[]any{"r", "k", 1.5}}}), 0},
 		{"key as int", mp([]any{2, 1, []any{[]any{"r", 7, 1}}}), 0},
 		{"check with 2 fields", mp([]any{2, 1, []any{[]any{"r", "k"}}}), 0},
+		{"check with 5 fields", mp([]any{2, 1, []any{[]any{"r", "k", 1, 1, 1}}}), 0},
 		{"array header lies", []byte{0x93, 0x02, 0x01, 0xdd, 0xff, 0xff, 0xff, 0xff}, 0},
 		{"string header lies", []byte{0x93, 0x02, 0x01, 0x91, 0x93, 0xdb, 0x7f, 0xff, 0xff, 0xff, 'r'}, 0},
 		{"batch too large", mp([]any{2, 1, []any{[]any{"r", "a", 1}, []any{"r", "b", 1}, []any{"r", "c", 1}}}), CodeBatchTooLarge},

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicelabs/sluice/clientlib"
@@ -34,6 +35,19 @@ type Limit struct {
 type Route struct {
 	Pattern string
 	Limits  []Limit
+	// Shape, if set, holds requests over the limit until their turn instead
+	// of rejecting them (leaky-bucket behaviour), within bounds.
+	Shape *Shape
+}
+
+// Shape bounds how requests over a limit are held rather than refused.
+type Shape struct {
+	// MaxWait is the longest a request is held; one whose turn comes later
+	// gets 429 at once.
+	MaxWait time.Duration
+	// MaxQueue is how many requests may be held at once on the route; past
+	// it, requests over the limit get 429 at once.
+	MaxQueue int
 }
 
 // Headers selects which families of rate-limit headers are written.
@@ -62,6 +76,9 @@ type Config struct {
 	Default []Limit
 	// Headers to write; nil means HeadersAll.
 	Headers *Headers
+	// Wait holds a shaped request; it must return early with the context's
+	// error. Default: a timer. Tests inject their own.
+	Wait func(ctx context.Context, d time.Duration) error
 }
 
 // Middleware limits requests before they reach a handler.
@@ -69,7 +86,12 @@ type Middleware struct {
 	cfg     Config
 	headers Headers
 	mux     *http.ServeMux
-	routes  map[string]*Route
+	routes  map[string]*routeState
+}
+
+type routeState struct {
+	*Route
+	held atomic.Int64 // shaped requests being held
 }
 
 // New validates cfg and returns a Middleware.
@@ -77,7 +99,10 @@ func New(cfg Config) (m *Middleware, err error) {
 	if cfg.Limiter == nil {
 		return nil, fmt.Errorf("httplimit: a Limiter is required")
 	}
-	m = &Middleware{cfg: cfg, headers: HeadersAll, mux: http.NewServeMux(), routes: map[string]*Route{}}
+	m = &Middleware{cfg: cfg, headers: HeadersAll, mux: http.NewServeMux(), routes: map[string]*routeState{}}
+	if m.cfg.Wait == nil {
+		m.cfg.Wait = waitCtx
+	}
 	if cfg.Headers != nil {
 		m.headers = *cfg.Headers
 	}
@@ -100,10 +125,13 @@ func New(cfg Config) (m *Middleware, err error) {
 		if err := check("route "+r.Pattern, r.Limits); err != nil {
 			return nil, err
 		}
+		if s := r.Shape; s != nil && (s.MaxWait <= 0 || s.MaxQueue <= 0) {
+			return nil, fmt.Errorf("httplimit: route %s: shaping needs a positive max wait and queue", r.Pattern)
+		}
 		if err := register(m.mux, r.Pattern); err != nil {
 			return nil, err
 		}
-		m.routes[r.Pattern] = r
+		m.routes[r.Pattern] = &routeState{Route: r}
 	}
 	return m, nil
 }
@@ -123,15 +151,24 @@ func register(mux *http.ServeMux, pattern string) (err error) {
 // Checks returns the checks a request must pass and the matched route
 // pattern ("" when the defaults apply).
 func (m *Middleware) Checks(r *http.Request) ([]clientlib.Check, string) {
+	checks, route := m.checks(r)
+	if route == nil {
+		return checks, ""
+	}
+	return checks, route.Pattern
+}
+
+func (m *Middleware) checks(r *http.Request) ([]clientlib.Check, *routeState) {
 	limits := m.cfg.Default
 	_, pattern := m.mux.Handler(r)
-	if route, ok := m.routes[pattern]; ok {
+	route, ok := m.routes[pattern]
+	if ok {
 		limits = route.Limits
 	} else {
-		pattern = ""
+		route = nil
 	}
 	if len(limits) == 0 {
-		return nil, pattern
+		return nil, route
 	}
 	client := m.cfg.Identity.Key(r)
 	checks := make([]clientlib.Check, len(limits))
@@ -142,16 +179,46 @@ func (m *Middleware) Checks(r *http.Request) ([]clientlib.Check, string) {
 		}
 		checks[i] = clientlib.Check{Rule: l.Rule, Key: key, Cost: max(l.Cost, 1)}
 	}
-	return checks, pattern
+	return checks, route
 }
 
-// Decide asks the limiter about r. ok is false when no limit applies.
-func (m *Middleware) Decide(r *http.Request) (d clientlib.Decision, checks []clientlib.Check, ok bool) {
-	checks, _ = m.Checks(r)
+// Decide asks the limiter about r, holding it first if its route shapes
+// traffic and its turn comes within the route's bounds. ok is false when no
+// limit applies; an error means the client went away while held.
+func (m *Middleware) Decide(r *http.Request) (d clientlib.Decision, checks []clientlib.Check, ok bool, err error) {
+	checks, route := m.checks(r)
 	if len(checks) == 0 {
-		return clientlib.Decision{Allowed: true, Denied: -1}, nil, false
+		return clientlib.Decision{Allowed: true, Denied: -1, Deciding: -1}, nil, false, nil
 	}
-	return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, true
+	if route == nil || route.Shape == nil {
+		return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, true, nil
+	}
+	if route.held.Add(1) > int64(route.Shape.MaxQueue) {
+		route.held.Add(-1) // queue full: decide without waiting
+		return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, true, nil
+	}
+	defer route.held.Add(-1)
+	for i := range checks {
+		checks[i].MaxDelay = route.Shape.MaxWait
+	}
+	d = m.cfg.Limiter.AllowAll(r.Context(), checks...)
+	if d.Allowed && d.Delay > 0 {
+		if err := m.cfg.Wait(r.Context(), d.Delay); err != nil {
+			return d, checks, true, err
+		}
+	}
+	return d, checks, true, nil
+}
+
+func waitCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Wrap returns h behind the limiter: admitted requests reach h with limit
@@ -159,7 +226,10 @@ func (m *Middleware) Decide(r *http.Request) (d clientlib.Decision, checks []cli
 // fails open, requests pass without limit headers.
 func (m *Middleware) Wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, checks, limited := m.Decide(r)
+		d, checks, limited, err := m.Decide(r)
+		if err != nil {
+			return // the client left while its request was held
+		}
 		if !limited || d.FailedOpen && d.Allowed {
 			h.ServeHTTP(w, r) // no decision: no limit headers to give
 			return
