@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -40,6 +41,25 @@ type ProxyLimit struct {
 type ProxyRoute struct {
 	Match  string       `yaml:"match"`
 	Limits []ProxyLimit `yaml:"limits"`
+	// Shape holds requests over the limit until their turn (leaky bucket).
+	Shape *ProxyShape `yaml:"shape"`
+	// Elastic admits a share over the limit while the upstream is healthy.
+	Elastic *ProxyElastic `yaml:"elastic"`
+}
+
+// ProxyShape bounds shaping: the longest hold and the most requests held.
+type ProxyShape struct {
+	MaxWait  time.Duration `yaml:"max_wait"`
+	MaxQueue int           `yaml:"max_queue"`
+}
+
+// ProxyElastic: extra share over the limit while p99 latency and error rate
+// over the window stay under the targets.
+type ProxyElastic struct {
+	Extra        float64       `yaml:"extra"`
+	MaxP99       time.Duration `yaml:"max_p99"`
+	MaxErrorRate float64       `yaml:"max_error_rate"`
+	Window       time.Duration `yaml:"window"`
 }
 
 // LoadProxyRoutes reads a routes file; unknown fields are errors naming the line.
@@ -79,6 +99,12 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 		}
 		if err := check("route "+rt.Match, rt.Limits); err != nil {
 			return nil, err
+		}
+		if s := rt.Shape; s != nil && (s.MaxWait <= 0 || s.MaxQueue <= 0) {
+			return nil, fmt.Errorf("invalid routes %s: route %s: shape needs max_wait and max_queue above zero", source, rt.Match)
+		}
+		if e := rt.Elastic; e != nil && (e.Extra <= 0 || e.MaxP99 <= 0 || e.MaxErrorRate < 0) {
+			return nil, fmt.Errorf("invalid routes %s: route %s: elastic needs extra and max_p99 above zero", source, rt.Match)
 		}
 	}
 	for _, h := range r.Headers {

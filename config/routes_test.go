@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseProxyRoutes(t *testing.T) {
@@ -19,6 +20,8 @@ routes:
     limits:
       - {rule: api}
       - {rule: uploads, cost: 10, per_route: true}
+    shape: {max_wait: 500ms, max_queue: 100}
+    elastic: {extra: 0.5, max_p99: 200ms, max_error_rate: 0.01, window: 10s}
 `
 	r, err := ParseProxyRoutes("routes.yaml", []byte(good))
 	if err != nil {
@@ -26,6 +29,9 @@ routes:
 	}
 	if r.Identity.Header != "X-API-Key" || *r.Identity.ClientIP || len(r.Routes) != 1 || r.Routes[0].Limits[1] != (ProxyLimit{Rule: "uploads", Cost: 10, PerRoute: true}) {
 		t.Fatalf("parsed %+v", r)
+	}
+	if s, e := r.Routes[0].Shape, r.Routes[0].Elastic; s.MaxWait != 500*time.Millisecond || s.MaxQueue != 100 || e.Extra != 0.5 || e.MaxP99 != 200*time.Millisecond {
+		t.Fatalf("shape %+v elastic %+v", s, e)
 	}
 	if r, err := ParseProxyRoutes("empty.yaml", nil); err != nil || len(r.Routes) != 0 {
 		t.Fatalf("empty file: %+v %v", r, err)
@@ -36,6 +42,8 @@ routes:
 		{"routes:\n  - limits: [{rule: a}]\n", "match is missing"},
 		{"default:\n  - cost: 2\n", "rule is missing"},
 		{"headers: [fancy]\n", "not legacy or draft"},
+		{"routes:\n  - match: /\n    shape: {max_wait: 1s}\n", "max_queue"},
+		{"routes:\n  - match: /\n    elastic: {extra: 0.5}\n", "max_p99"},
 	} {
 		if _, err := ParseProxyRoutes("routes.yaml", []byte(tt.src)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: err %v, want it to mention %q", tt.src, err, tt.want)

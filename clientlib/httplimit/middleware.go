@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/clientlib"
 )
 
@@ -38,6 +39,26 @@ type Route struct {
 	// Shape, if set, holds requests over the limit until their turn instead
 	// of rejecting them (leaky-bucket behaviour), within bounds.
 	Shape *Shape
+	// Elastic, if set, admits up to a share over the limit while the
+	// upstream is healthy.
+	Elastic *Elastic
+}
+
+// Elastic lets a route admit up to Extra × its limit more than the limit
+// while the upstream (the wrapped handler) is healthy: over the last Window,
+// its p99 latency stayed under MaxP99 and its share of 5xx responses under
+// MaxErrorRate. As soon as either target is missed it falls back to the
+// hard limit. The extra allowance is a token bucket per client and rule in
+// this process, refilling at Extra × the rule's rate.
+type Elastic struct {
+	Extra        float64
+	MaxP99       time.Duration
+	MaxErrorRate float64
+	// Window is the sliding window health is measured over. Default 10s.
+	Window time.Duration
+	// MinRequests: with fewer observations in the window the upstream is not
+	// yet proven healthy, and no extra is given. Default 20.
+	MinRequests int64
 }
 
 // Shape bounds how requests over a limit are held rather than refused.
@@ -79,6 +100,9 @@ type Config struct {
 	// Wait holds a shaped request; it must return early with the context's
 	// error. Default: a timer. Tests inject their own.
 	Wait func(ctx context.Context, d time.Duration) error
+	// Now is the clock of the upstream health window and the elastic
+	// allowance. Default time.Now.
+	Now func() time.Time
 }
 
 // Middleware limits requests before they reach a handler.
@@ -87,6 +111,8 @@ type Middleware struct {
 	headers Headers
 	mux     *http.ServeMux
 	routes  map[string]*routeState
+	health  *health       // nil unless a route is elastic
+	extra   *bucket.Store // elastic allowances
 }
 
 type routeState struct {
@@ -102,6 +128,9 @@ func New(cfg Config) (m *Middleware, err error) {
 	m = &Middleware{cfg: cfg, headers: HeadersAll, mux: http.NewServeMux(), routes: map[string]*routeState{}}
 	if m.cfg.Wait == nil {
 		m.cfg.Wait = waitCtx
+	}
+	if m.cfg.Now == nil {
+		m.cfg.Now = time.Now
 	}
 	if cfg.Headers != nil {
 		m.headers = *cfg.Headers
@@ -127,6 +156,21 @@ func New(cfg Config) (m *Middleware, err error) {
 		}
 		if s := r.Shape; s != nil && (s.MaxWait <= 0 || s.MaxQueue <= 0) {
 			return nil, fmt.Errorf("httplimit: route %s: shaping needs a positive max wait and queue", r.Pattern)
+		}
+		if e := r.Elastic; e != nil {
+			if e.Extra <= 0 || e.MaxP99 <= 0 || e.MaxErrorRate < 0 {
+				return nil, fmt.Errorf("httplimit: route %s: elastic needs a positive extra share and p99 target", r.Pattern)
+			}
+			if e.Window <= 0 {
+				e.Window = 10 * time.Second
+			}
+			if e.MinRequests <= 0 {
+				e.MinRequests = 20
+			}
+			if m.health == nil {
+				m.health = newHealth(e.Window, m.cfg.Now)
+				m.extra = bucket.NewStore(bucket.StoreConfig{MaxKeys: 1 << 16})
+			}
 		}
 		if err := register(m.mux, r.Pattern); err != nil {
 			return nil, err
@@ -238,12 +282,72 @@ func (m *Middleware) Wrap(h http.Handler) http.Handler {
 			m.WriteHeaders(w.Header(), d, checks)
 		}
 		if d.Allowed {
-			h.ServeHTTP(w, r)
+			m.serve(h, w, r)
+			return
+		}
+		if m.elastic(r, d, checks) {
+			w.Header().Set("X-Ratelimit-Elastic", "1") // over the limit, admitted while the upstream is healthy
+			m.serve(h, w, r)
 			return
 		}
 		WriteTooManyRequests(w, d, checks)
 	})
 }
+
+// serve runs h, measuring it for the health window when a route is elastic.
+func (m *Middleware) serve(h http.Handler, w http.ResponseWriter, r *http.Request) {
+	if m.health == nil {
+		h.ServeHTTP(w, r)
+		return
+	}
+	start := m.cfg.Now()
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	h.ServeHTTP(sw, r)
+	m.health.observe(m.cfg.Now().Sub(start), sw.code)
+}
+
+// elastic reports whether a throttled request may pass on its route's
+// elastic allowance, and marks the response if so.
+func (m *Middleware) elastic(r *http.Request, d clientlib.Decision, checks []clientlib.Check) bool {
+	if m.health == nil || d.FailedOpen || d.Deciding < 0 || d.Period <= 0 {
+		return false
+	}
+	_, pattern := m.mux.Handler(r)
+	route, ok := m.routes[pattern]
+	if !ok || route.Elastic == nil {
+		return false
+	}
+	e := route.Elastic
+	p99, errRate, n := m.health.stats()
+	if n < e.MinRequests || p99 > e.MaxP99 || errRate > e.MaxErrorRate {
+		return false
+	}
+	extra := int64(math.Ceil(e.Extra * float64(d.Limit)))
+	lim, err := bucket.NewLimit(extra, d.Period, max(extra, 1))
+	if err != nil {
+		return false
+	}
+	c := checks[d.Deciding]
+	res, err := m.extra.Take(0, []byte(c.Rule+"\x00"+c.Key), lim, c.Cost, m.cfg.Now())
+	if err != nil || !res.Allowed {
+		return false
+	}
+	return true
+}
+
+// statusWriter records the status a handler writes; Unwrap keeps flushing
+// and hijacking (streaming, WebSockets) working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // policyName is the deciding check's rule, for the draft headers.
 func policyName(d clientlib.Decision, checks []clientlib.Check) string {

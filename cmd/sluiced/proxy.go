@@ -134,7 +134,14 @@ func middleware(r *config.ProxyRoutes, lim httplimit.Limiter) (*httplimit.Middle
 		cfg.Headers = &h
 	}
 	for _, rt := range r.Routes {
-		cfg.Routes = append(cfg.Routes, httplimit.Route{Pattern: rt.Match, Limits: limits(rt.Limits)})
+		route := httplimit.Route{Pattern: rt.Match, Limits: limits(rt.Limits)}
+		if s := rt.Shape; s != nil {
+			route.Shape = &httplimit.Shape{MaxWait: s.MaxWait, MaxQueue: s.MaxQueue}
+		}
+		if e := rt.Elastic; e != nil {
+			route.Elastic = &httplimit.Elastic{Extra: e.Extra, MaxP99: e.MaxP99, MaxErrorRate: e.MaxErrorRate, Window: e.Window}
+		}
+		cfg.Routes = append(cfg.Routes, route)
 	}
 	return httplimit.New(cfg)
 }
