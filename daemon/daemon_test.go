@@ -41,14 +41,14 @@ rules:
     rate: 2/1s
 `
 
-func writeRules(t *testing.T, path, text string) {
+func writeRules(t testing.TB, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func newDaemon(t *testing.T, rules string) (*Daemon, *fakeClock, string) {
+func newDaemon(t testing.TB, rules string) (*Daemon, *fakeClock, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dm")
 	if err != nil {

@@ -51,13 +51,45 @@ func (e *Embedded) Reload() error { return e.d.Reload() }
 
 // Allow asks whether key may make one request under rule.
 func (e *Embedded) Allow(ctx context.Context, rule, key string) clientlib.Decision {
-	return e.AllowAll(ctx, clientlib.Check{Rule: rule, Key: key, Cost: 1})
+	return e.d.Local().Allow(ctx, rule, key)
+}
+
+// AllowAll decides exactly as sluiced would for a CHECK of these checks (see Local.AllowAll).
+func (e *Embedded) AllowAll(ctx context.Context, checks ...clientlib.Check) clientlib.Decision {
+	return e.d.Local().AllowAll(ctx, checks...)
+}
+
+// Close leaves the cluster (after sending the last counts) and stops.
+func (e *Embedded) Close() error {
+	var err error
+	e.once.Do(func() {
+		e.cancel()
+		<-e.done
+		if s := e.d.syncer; s != nil {
+			s.Flush()
+			err = s.Leave(leaveTimeout)
+		}
+	})
+	return err
+}
+
+// Local decides in this process, on the daemon's own buckets: what Embedded
+// uses, and what sluiced's built-in proxy uses so that its requests skip the
+// socket. It has clientlib.Client's AllowAll.
+type Local struct{ d *Daemon }
+
+// Local returns a limiter deciding directly on d.
+func (d *Daemon) Local() Local { return Local{d} }
+
+// Allow asks whether key may make one request under rule.
+func (l Local) Allow(ctx context.Context, rule, key string) clientlib.Decision {
+	return l.AllowAll(ctx, clientlib.Check{Rule: rule, Key: key, Cost: 1})
 }
 
 // AllowAll decides exactly as sluiced would for a CHECK of these checks.
 // Requests the daemon would refuse (key too long, cost above burst) come back
 // allowed and marked FailedOpen with the reason in Err, as from clientlib.
-func (e *Embedded) AllowAll(_ context.Context, checks ...clientlib.Check) clientlib.Decision {
+func (l Local) AllowAll(_ context.Context, checks ...clientlib.Check) clientlib.Decision {
 	var cbuf [8]ipc.Check
 	var rbuf [8]ipc.Result
 	cs, rs := cbuf[:0], rbuf[:0]
@@ -73,7 +105,7 @@ func (e *Embedded) AllowAll(_ context.Context, checks ...clientlib.Check) client
 		cs = append(cs, ipc.Check{Rule: bytesOf(c.Rule), Key: bytesOf(c.Key), Cost: uint64(c.Cost), MaxDelay: c.MaxDelay})
 	}
 	rs = rs[:len(cs)]
-	allowed, err := e.d.Decide(cs, rs)
+	allowed, err := l.d.Decide(cs, rs)
 	if err != nil {
 		return failedOpen(err)
 	}
@@ -85,17 +117,3 @@ func failedOpen(err error) clientlib.Decision {
 }
 
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-// Close leaves the cluster (after sending the last counts) and stops.
-func (e *Embedded) Close() error {
-	var err error
-	e.once.Do(func() {
-		e.cancel()
-		<-e.done
-		if s := e.d.syncer; s != nil {
-			s.Flush()
-			err = s.Leave(leaveTimeout)
-		}
-	})
-	return err
-}

@@ -90,3 +90,19 @@ func TestEmbeddedLimitersShareALimitOverGossip(t *testing.T) {
 	}
 	t.Fatal("b never learned a's consumption")
 }
+
+// BenchmarkEmbeddedAllow is one decision through the embedded limiter: rule
+// lookup, clock read and store decision, no socket.
+func BenchmarkEmbeddedAllow(b *testing.B) {
+	d, _, _ := newDaemon(b, testRules)
+	e, err := Embed(Config{Settings: d.settings})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Allow(ctx, "user", "alice")
+	}
+}

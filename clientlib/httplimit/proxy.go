@@ -37,7 +37,7 @@ func NewProxy(upstream *url.URL, m *Middleware) *Proxy {
 			pr.SetXForwarded()
 		},
 		Transport:     transport,
-		FlushInterval: -1, // stream: flush every write
+		FlushInterval: 0, // responses of unknown length (streams, SSE) are flushed on every write anyway
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			http.Error(w, "upstream unavailable", http.StatusBadGateway)
 		},

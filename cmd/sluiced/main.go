@@ -54,6 +54,9 @@ func app() *cli.App {
 			&cli.DurationFlag{Name: "push-pull-interval", Value: gossip.DefaultPushPullInterval, EnvVars: []string{"SLUICE_PUSH_PULL_INTERVAL"}, Usage: "how often full state is exchanged with a random peer (repairs losses)", Category: "cluster"},
 			&cli.StringFlag{Name: "gossip-key", EnvVars: []string{"SLUICE_GOSSIP_KEY"}, Usage: "base64 key of 16, 24 or 32 bytes: encrypt gossip", Category: "cluster"},
 			&cli.StringFlag{Name: "gossip-keyring", EnvVars: []string{"SLUICE_GOSSIP_KEYRING"}, Usage: "JSON file listing base64 keys, the first used to encrypt (for key rotation)", Category: "cluster"},
+			&cli.StringFlag{Name: "proxy-listen", EnvVars: []string{"SLUICE_PROXY_LISTEN"}, Usage: "also serve the HTTP proxy here, deciding in-process (no socket hop)", Category: "proxy"},
+			&cli.StringFlag{Name: "proxy-upstream", EnvVars: []string{"SLUICE_PROXY_UPSTREAM"}, Usage: "the service the built-in proxy forwards to, e.g. http://127.0.0.1:8080", Category: "proxy"},
+			&cli.StringFlag{Name: "proxy-routes", EnvVars: []string{"SLUICE_PROXY_ROUTES"}, Usage: "routes file of the built-in proxy (default: limit by client IP under rule \"default\")", Category: "proxy"},
 			&cli.StringFlag{Name: "cluster-label", Value: gossip.DefaultLabel, EnvVars: []string{"SLUICE_CLUSTER_LABEL"}, Usage: "label on every packet: keeps clusters on one network apart", Category: "cluster"},
 		},
 		Action:   run,
@@ -107,6 +110,13 @@ func run(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	var proxy *proxyServer
+	if listen := c.String("proxy-listen"); listen != "" {
+		if proxy, err = startProxy(listen, c.String("proxy-upstream"), c.String("proxy-routes"), d.Local(), log.Named("proxy")); err != nil {
+			return err
+		}
+		defer proxy.shutdown()
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -117,6 +127,9 @@ func run(c *cli.Context) error {
 				return
 			case <-hup:
 				_ = d.Reload() // logged by Reload; a bad file keeps the last good rules
+				if proxy != nil {
+					proxy.reload()
+				}
 			}
 		}
 	}()

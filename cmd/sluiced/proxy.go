@@ -44,66 +44,89 @@ func proxyCommand() *cli.Command {
 
 func runProxy(c *cli.Context) error {
 	log := hclog.New(&hclog.LoggerOptions{Name: "sluiced-proxy", Level: hclog.LevelFromString(c.String("log-level")), Output: os.Stderr})
-	upstream, err := url.Parse(c.String("upstream"))
-	if err != nil || upstream.Scheme == "" || upstream.Host == "" {
-		return fmt.Errorf("--upstream %q: want a URL such as http://127.0.0.1:8080", c.String("upstream"))
-	}
 	client := clientlib.New(clientlib.Options{SocketPath: c.String("socket"), Timeout: c.Duration("decision-timeout"), FailClosed: c.Bool("fail-closed"), Name: "sluiced-proxy"})
 	defer client.Close()
-	load := func() (*httplimit.Middleware, error) {
-		routes := &defaultRoutes
-		if path := c.String("routes"); path != "" {
-			var err error
-			if routes, err = config.LoadProxyRoutes(path); err != nil {
-				return nil, err
-			}
-		}
-		return middleware(routes, client)
-	}
-	m, err := load()
+	p, err := startProxy(c.String("listen"), c.String("upstream"), c.String("routes"), client, log)
 	if err != nil {
 		return err
 	}
-	proxy := httplimit.NewProxy(upstream, m)
-	l, err := net.Listen("tcp", c.String("listen"))
-	if err != nil {
-		return fmt.Errorf("proxy listen: %w", err)
-	}
-	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	log.Info("proxy serving", "socket", c.String("socket"))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				if m, err := load(); err != nil {
-					log.Error("routes reload failed; keeping the last good routes", "error", err)
-				} else {
-					proxy.SetMiddleware(m)
-					log.Info("routes reloaded")
-				}
+	for {
+		select {
+		case <-hup:
+			p.reload()
+		case err := <-p.served:
+			return err
+		case <-ctx.Done():
+			return p.shutdown()
+		}
+	}
+}
+
+// proxyServer is a running HTTP proxy: in its own process (sluiced proxy,
+// deciding over the socket) or inside the daemon (deciding in-process).
+type proxyServer struct {
+	srv    *http.Server
+	proxy  *httplimit.Proxy
+	load   func() (*httplimit.Middleware, error)
+	log    hclog.Logger
+	served chan error
+}
+
+func startProxy(listen, upstreamURL, routesPath string, lim httplimit.Limiter, log hclog.Logger) (*proxyServer, error) {
+	upstream, err := url.Parse(upstreamURL)
+	if err != nil || upstream.Scheme == "" || upstream.Host == "" {
+		return nil, fmt.Errorf("proxy upstream %q: want a URL such as http://127.0.0.1:8080", upstreamURL)
+	}
+	load := func() (*httplimit.Middleware, error) {
+		routes := &defaultRoutes
+		if routesPath != "" {
+			var err error
+			if routes, err = config.LoadProxyRoutes(routesPath); err != nil {
+				return nil, err
 			}
 		}
+		return middleware(routes, lim)
+	}
+	m, err := load()
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("proxy listen: %w", err)
+	}
+	p := &proxyServer{proxy: httplimit.NewProxy(upstream, m), load: load, log: log, served: make(chan error, 1)}
+	p.srv = &http.Server{Handler: p.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		if err := p.srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			p.served <- fmt.Errorf("proxy: %w", err)
+		}
 	}()
-	log.Info("proxy serving", "listen", l.Addr().String(), "upstream", upstream.String(), "socket", c.String("socket"))
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
+	log.Info("proxy serving", "listen", l.Addr().String(), "upstream", upstream.String(), "routes", routesPath)
+	return p, nil
+}
+
+// reload re-reads the routes file; a bad one keeps the routes in force.
+func (p *proxyServer) reload() {
+	m, err := p.load()
+	if err != nil {
+		p.log.Error("routes reload failed; keeping the last good routes", "error", err)
+		return
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	p.proxy.SetMiddleware(m)
+	p.log.Info("routes reloaded")
+}
+
+func (p *proxyServer) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return p.srv.Shutdown(ctx)
 }
 
 // middleware builds the HTTP limiter a routes file describes.
