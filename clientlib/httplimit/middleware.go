@@ -269,29 +269,33 @@ func waitCtx(ctx context.Context, d time.Duration) error {
 // headers set; throttled ones get 429 and never reach it. When the limiter
 // fails open, requests pass without limit headers.
 func (m *Middleware) Wrap(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, checks, limited, err := m.Decide(r)
-		if err != nil {
-			return // the client left while its request was held
-		}
-		if !limited || d.FailedOpen && d.Allowed {
-			h.ServeHTTP(w, r) // no decision: no limit headers to give
-			return
-		}
-		if !d.FailedOpen {
-			m.WriteHeaders(w.Header(), d, checks)
-		}
-		if d.Allowed {
-			m.serve(h, w, r)
-			return
-		}
-		if m.elastic(r, d, checks) {
-			w.Header().Set("X-Ratelimit-Elastic", "1") // over the limit, admitted while the upstream is healthy
-			m.serve(h, w, r)
-			return
-		}
-		WriteTooManyRequests(w, d, checks)
-	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.ServeHTTP(w, r, h) })
+}
+
+// ServeHTTP limits one request and passes it to h if admitted (what Wrap's
+// handler does, without building a handler per request).
+func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	d, checks, limited, err := m.Decide(r)
+	if err != nil {
+		return // the client left while its request was held
+	}
+	if !limited || d.FailedOpen && d.Allowed {
+		h.ServeHTTP(w, r) // no decision: no limit headers to give
+		return
+	}
+	if !d.FailedOpen {
+		m.WriteHeaders(w.Header(), d, checks)
+	}
+	if d.Allowed {
+		m.serve(h, w, r)
+		return
+	}
+	if m.elastic(r, d, checks) {
+		w.Header().Set("X-Ratelimit-Elastic", "1") // over the limit, admitted while the upstream is healthy
+		m.serve(h, w, r)
+		return
+	}
+	WriteTooManyRequests(w, d, checks)
 }
 
 // serve runs h, measuring it for the health window when a route is elastic.

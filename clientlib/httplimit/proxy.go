@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -28,6 +29,7 @@ func NewProxy(upstream *url.URL, m *Middleware) *Proxy {
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     false,
+		DisableCompression:    true, // pass the client's Accept-Encoding through untouched
 	}
 	p := &Proxy{}
 	p.rp = &httputil.ReverseProxy{
@@ -38,6 +40,7 @@ func NewProxy(upstream *url.URL, m *Middleware) *Proxy {
 		},
 		Transport:     transport,
 		FlushInterval: 0, // responses of unknown length (streams, SSE) are flushed on every write anyway
+		BufferPool:    bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			http.Error(w, "upstream unavailable", http.StatusBadGateway)
 		},
@@ -52,5 +55,13 @@ func (p *Proxy) SetMiddleware(m *Middleware) { p.m.Store(m) }
 
 // ServeHTTP limits the request, then forwards it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.m.Load().Wrap(p.rp).ServeHTTP(w, r)
+	p.m.Load().ServeHTTP(w, r, p.rp)
 }
+
+// bufferPool reuses the proxy's copy buffers instead of allocating 32 KiB per request.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }

@@ -348,7 +348,7 @@ func TestProxyCommandLimitsThroughTheDaemon(t *testing.T) {
 	startDaemon(t, "--socket", sock, "--rules", rules)
 	eventually(t, "the daemon's socket", func() bool { _, err := os.Stat(sock); return err == nil })
 	listen := "127.0.0.1:" + freePort(t)
-	startDaemon(t, "proxy", "--listen", listen, "--upstream", up.URL, "--socket", sock, "--routes", routes, "--decision-timeout", "2s")
+	px := startDaemon(t, "proxy", "--listen", listen, "--upstream", up.URL, "--socket", sock, "--routes", routes, "--decision-timeout", "2s")
 	get := func(key string) int {
 		req, _ := http.NewRequest("GET", "http://"+listen+"/", nil)
 		req.Header.Set("X-API-Key", key)
@@ -366,5 +366,40 @@ func TestProxyCommandLimitsThroughTheDaemon(t *testing.T) {
 	}
 	if reached.Load() != 4 { // probe, alice ×2, bob
 		t.Fatalf("upstream reached %d times, want 4", reached.Load())
+	}
+	// SIGHUP re-reads the routes: "GET /" now counts against "uploads", so
+	// alice, throttled under "api", is admitted again.
+	os.WriteFile(routes, []byte("identity:\n  header: X-API-Key\nroutes:\n  - match: \"GET /\"\n    limits:\n      - rule: uploads\n"), 0o600)
+	px.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the reloaded routes apply", func() bool { return get("alice") == 200 })
+	// A bad routes file keeps the last good routes.
+	os.WriteFile(routes, []byte("routes:\n  - match: /\n    limitz: []\n"), 0o600)
+	px.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the bad reload is logged", func() bool { return strings.Contains(px.stderr.String(), "routes reload failed") })
+	if code := get("alice"); code != 200 {
+		t.Fatalf("after a bad routes file: %d", code)
+	}
+}
+
+// The proxy built into the daemon decides in-process.
+func TestBuiltInProxy(t *testing.T) {
+	dir := tempDir(t)
+	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rules, []byte("rules:\n  default:\n    rate: 2/1h\n"), 0o600)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	listen := "127.0.0.1:" + freePort(t)
+	startDaemon(t, "--socket", sock, "--rules", rules, "--proxy-listen", listen, "--proxy-upstream", up.URL)
+	get := func() int {
+		resp, err := http.Get("http://" + listen + "/")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	eventually(t, "the built-in proxy serves", func() bool { return get() == 200 })
+	if a, b := get(), get(); a != 200 || b != 429 {
+		t.Fatalf("codes %d %d, want 200 429 (2/1h by client IP)", a, b)
 	}
 }
