@@ -154,27 +154,17 @@ func (s *Store) Capacity() int { return s.shardCap * len(s.shards) }
 // its balance covers the cost (see Bucket.Take). It errors, changing nothing,
 // when the key is empty or too long or cost is outside [1, lim.Burst()].
 func (s *Store) Take(ns Namespace, key []byte, lim Limit, cost int64, now time.Time) (Result, error) {
-	if err := s.validate(key, lim, cost); err != nil {
-		return Result{}, err
-	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	e := sh.buckets[storeKey{ns, string(key)}]
-	if e == nil {
-		e = sh.insert(s, ns, key, now)
-	}
-	r := e.Take(lim, cost, now)
-	if r.Allowed && e.t != nil {
-		sh.record(e, cost)
-	}
-	sh.mu.Unlock()
-	return r, nil
+	return s.take(ns, key, lim, cost, 0, now)
 }
 
 // Reserve is Take for a caller willing to wait up to maxWait (see
 // Bucket.Reserve): an allowed result with a positive RetryAfter means "go
 // ahead after waiting that long; your tokens are taken".
 func (s *Store) Reserve(ns Namespace, key []byte, lim Limit, cost int64, maxWait time.Duration, now time.Time) (Result, error) {
+	return s.take(ns, key, lim, cost, maxWait, now)
+}
+
+func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, maxWait time.Duration, now time.Time) (Result, error) {
 	if err := s.validate(key, lim, cost); err != nil {
 		return Result{}, err
 	}
@@ -184,7 +174,12 @@ func (s *Store) Reserve(ns Namespace, key []byte, lim Limit, cost int64, maxWait
 	if e == nil {
 		e = sh.insert(s, ns, key, now)
 	}
-	r := e.Reserve(lim, cost, maxWait, now)
+	var r Result
+	if maxWait > 0 {
+		r = e.Reserve(lim, cost, maxWait, now)
+	} else {
+		r = e.Take(lim, cost, now)
+	}
 	if r.Allowed && e.t != nil {
 		sh.record(e, cost)
 	}

@@ -254,6 +254,7 @@ func (m *Middleware) Decide(r *http.Request) (d clientlib.Decision, checks []cli
 	return d, checks, true, nil
 }
 
+// waitCtx waits d, or less if ctx ends first (then returning its error).
 func waitCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

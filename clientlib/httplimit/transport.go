@@ -63,23 +63,12 @@ func (t *Transport) defaults() Transport {
 		c.Now = time.Now
 	}
 	if c.Sleep == nil {
-		c.Sleep = sleepCtx
+		c.Sleep = waitCtx
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
 	return c
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // RoundTrip implements http.RoundTripper.

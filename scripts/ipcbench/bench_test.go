@@ -69,15 +69,18 @@ func startSluiced(tb testing.TB, extra ...string) *daemonProc {
 		cmd.Wait()
 		os.RemoveAll(dir)
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.After(20 * time.Second)
+	poll := time.NewTicker(2 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		if _, err := os.Stat(sock); err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			tb.Fatal("sluiced did not create its socket within 20s")
+		case <-poll.C:
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 	return &daemonProc{cmd: cmd, sock: sock}
 }
