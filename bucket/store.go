@@ -298,9 +298,12 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 	}
 }
 
-// Adopt gives a key that holds no bucket the balance a peer reports, so a
-// daemon that restarted or joined late learns current debts. It reports
-// whether it created the bucket; a key that already has one is left alone.
+// Adopt lowers the key's balance to the one a peer reports, if the peer's
+// is lower (or the key holds no bucket), so a daemon that restarted, joined
+// late or missed packets learns the debts it does not know of. Each view of
+// a balance counts a subset of the consumption that really happened, so the
+// lower one is the better estimate, and taking it never counts a token
+// twice. It reports whether it changed anything.
 func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, balance float64, now time.Time) bool {
 	if s.validateKey(key) != nil || balance >= float64(lim.burst) {
 		return false
@@ -308,10 +311,12 @@ func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, balance float64, now 
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.buckets[storeKey{ns, string(key)}] != nil {
+	e := sh.buckets[storeKey{ns, string(key)}]
+	if e == nil {
+		e = sh.insert(s, ns, key, now)
+	} else if e.Balance(lim, now) <= balance {
 		return false
 	}
-	e := sh.insert(s, ns, key, now)
 	e.setBalance(lim, balance, now)
 	return true
 }

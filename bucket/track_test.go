@@ -76,8 +76,14 @@ func TestAdoptOnlyFillsMissingBuckets(t *testing.T) {
 		t.Fatalf("adopted balance %v, want -8", b)
 	}
 	s.Take(1, []byte("mine"), lim, 1, t0)
-	if s.Adopt(1, []byte("mine"), lim, -8, t0) {
-		t.Fatal("Adopt overwrote an existing bucket")
+	if s.Adopt(1, []byte("mine"), lim, 3.5, t0) {
+		t.Fatal("Adopt raised a balance (3 → 3.5)")
+	}
+	if !s.Adopt(1, []byte("mine"), lim, -8, t0) {
+		t.Fatal("Adopt did not lower a balance to a peer's lower one")
+	}
+	if b, _ := s.Balance(1, []byte("mine"), lim, t0); b != -8 {
+		t.Fatalf("after adopting -8: %v", b)
 	}
 	if s.Adopt(1, []byte("full"), lim, 4, t0) {
 		t.Fatal("Adopt created a bucket for a full balance")

@@ -60,13 +60,13 @@ func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
 	})
 }
 
-func (l ledger) Adopt(rule, key string, balance float64) {
+func (l ledger) Adopt(rule, key string, balance float64) bool {
 	ar, ok := l.d.rules.Load().byName[rule]
 	if !ok {
-		return
+		return false
 	}
 	k := []byte(key)
-	l.d.store.Adopt(ar.ns, k, ar.LimitFor(k), balance, l.d.now())
+	return l.d.store.Adopt(ar.ns, k, ar.LimitFor(k), balance, l.d.now())
 }
 
 // newSyncer builds the gossip syncer from the daemon's cluster settings.

@@ -15,9 +15,11 @@ type Ledger interface {
 	// Snapshot lists this daemon's own counters and the balances of keys that
 	// are not full, for push-pull, until fn returns false.
 	Snapshot(fn func(c Counter, balance float64) bool)
-	// Adopt gives a key for which this daemon holds no bucket the balance a
-	// peer reports, so a restarted or late daemon learns existing debts.
-	Adopt(rule, key string, balance float64)
+	// Adopt lowers a key's balance to a peer's lower one (or gives a key
+	// without a bucket the peer's balance), so a restarted or late daemon, or
+	// one that missed packets, learns existing debts. It reports whether it
+	// took the peer's balance.
+	Adopt(rule, key string, balance float64) bool
 }
 
 // Counter is one origin's cumulative consumption of one key in one epoch.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strconv"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +33,13 @@ type Syncer struct {
 	// members counts the nodes memberlist has reported joining and not yet
 	// leaving, maintained by the event delegate: receive may run before
 	// memberlist.Create has returned, so it must not touch s.ml.
-	members  atomic.Int64
-	failed   map[string]failedMember // members that went away, to try to rejoin; under mu
+	members atomic.Int64
+	failed  map[string]failedMember // members that went away, to try to rejoin; under mu
+	// peers are copies of the live members' nodes, kept by the event
+	// delegate. memberlist.Members returns pointers into its own state,
+	// which it rewrites in place when a node comes back: reading them later
+	// races with it, so the syncer sends to its own copies. Under mu.
+	peers    map[string]memberlist.Node
 	paused   atomic.Bool
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -75,6 +80,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		pending: map[counterKey]*pendingCounter{},
 		seen:    map[counterKey]*seenRange{},
 		failed:  map[string]failedMember{},
+		peers:   map[string]memberlist.Node{},
 		rnd:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		stop:    make(chan struct{}),
 	}
@@ -184,12 +190,13 @@ type Member struct {
 	Meta  Meta
 }
 
-// Members lists the cluster's members as this node sees them, itself included.
+// Members lists the live members as this node sees them, itself included.
 func (s *Syncer) Members() []Member {
-	nodes := s.ml.Members()
-	out := make([]Member, 0, len(nodes))
-	for _, n := range nodes {
-		m := Member{Name: n.Name, Addr: n.Address(), State: stateName(n.State)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Member, 0, len(s.peers))
+	for _, n := range s.peers {
+		m := Member{Name: n.Name, Addr: n.Address(), State: "alive"}
 		m.Meta, _ = decodeMeta(n.Meta)
 		out = append(out, m)
 	}
@@ -286,16 +293,15 @@ func (s *Syncer) round() {
 	var own []Counter
 	s.ledger.Drain(func(c Counter) { own = append(own, c) })
 
-	members := s.ml.Members()
-	targets := make([]*memberlist.Node, 0, len(members))
-	for _, n := range members {
-		if n.Name != s.self && n.State == memberlist.StateAlive {
-			targets = append(targets, n)
+	s.mu.Lock()
+	targets := make([]*memberlist.Node, 0, len(s.peers))
+	for name := range s.peers {
+		if name != s.self {
+			n := s.peers[name]
+			targets = append(targets, &n)
 		}
 	}
 	fanout := len(targets)+1 <= s.cfg.FanoutLimit
-
-	s.mu.Lock()
 	transmits := 1
 	if !fanout {
 		transmits = retransmits(len(targets) + 1)
@@ -435,17 +441,36 @@ func (s *Syncer) localState() []byte {
 	size := 0
 	s.ledger.Snapshot(func(c Counter, balance float64) bool {
 		size += entryOverhead + len(c.Rule) + len(c.Key) + 9
-		if size > stateBudget {
+		if size > stateBudget/2 {
 			return false
 		}
 		entries = append(entries, stateEntry{c: c, balance: balance})
 		return true
 	})
-	return encodeState(s.self, entries)
+	// What this node has charged of others' counters for those keys: a
+	// receiver adopting a balance must not charge them again.
+	listed := make(map[[2]string]bool, len(entries))
+	for _, e := range entries {
+		listed[[2]string{e.c.Rule, e.c.Key}] = true
+	}
+	var seen []seenEntry
+	size = 0
+	s.mu.Lock()
+	for k, sr := range s.seen {
+		if !listed[[2]string{k.rule, k.key}] {
+			continue
+		}
+		if size += entryOverhead + len(k.origin) + len(k.rule) + len(k.key); size > stateBudget/2 {
+			break
+		}
+		seen = append(seen, seenEntry{origin: k.origin, c: Counter{Rule: k.rule, Key: k.key, Epoch: sr.epoch, Used: sr.hi}})
+	}
+	s.mu.Unlock()
+	return encodeState(s.self, entries, seen)
 }
 
 func (s *Syncer) mergeState(b []byte) {
-	origin, entries, err := decodeState(b)
+	origin, entries, seen, err := decodeState(b)
 	if err != nil {
 		s.stats.BadPackets.Add(1)
 		s.log.Warn("dropped a malformed push-pull state", "bytes", len(b), "error", err)
@@ -455,18 +480,55 @@ func (s *Syncer) mergeState(b []byte) {
 		return
 	}
 	s.stats.StatesMerged.Add(1)
+	// Where the peer's balance is lower, take it, and with it everything the
+	// peer had charged for that key (its own counter and the others' it
+	// lists), so none of it is charged here again. Elsewhere, charge what the
+	// peer's own counter says that this node has not yet heard.
+	adopted := make(map[[2]string]bool)
 	for _, e := range entries {
-		s.ledger.Adopt(e.c.Rule, e.c.Key, e.balance)
+		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.balance) {
+			adopted[[2]string{e.c.Rule, e.c.Key}] = true
+		}
 	}
 	var charges []charge
 	s.mu.Lock()
 	for _, e := range entries {
+		if adopted[[2]string{e.c.Rule, e.c.Key}] {
+			s.baselineLocked(origin, e.c)
+			continue
+		}
 		if tokens, _ := s.applyLocked(origin, e.c); tokens > 0 {
 			charges = append(charges, charge{e.c.Rule, e.c.Key, tokens})
 		}
 	}
+	for _, e := range seen {
+		if e.origin != s.self && adopted[[2]string{e.c.Rule, e.c.Key}] {
+			s.baselineLocked(e.origin, e.c)
+		}
+	}
 	s.mu.Unlock()
 	s.charge(charges)
+}
+
+// baselineLocked records that an origin's counter up to c.Used is already
+// accounted for here, charging nothing. Caller holds s.mu.
+func (s *Syncer) baselineLocked(origin string, c Counter) {
+	k := counterKey{origin, c.Rule, c.Key}
+	sr := s.seen[k]
+	switch {
+	case sr == nil:
+		if len(s.seen) >= s.cfg.MaxSeen {
+			for victim := range s.seen {
+				delete(s.seen, victim)
+				break
+			}
+		}
+		s.seen[k] = &seenRange{epoch: c.Epoch, lo: 0, hi: c.Used}
+	case c.Epoch > sr.epoch:
+		*sr = seenRange{epoch: c.Epoch, lo: 0, hi: c.Used}
+	case c.Epoch == sr.epoch:
+		sr.lo, sr.hi = 0, max(sr.hi, c.Used) // everything up to Used is in the adopted balance
+	}
 }
 
 func encodeMeta(m Meta) []byte {
@@ -492,20 +554,6 @@ func decodeMeta(b []byte) (Meta, error) {
 	return Meta{Version: v, RulesHash: h}, d.End()
 }
 
-func stateName(st memberlist.NodeStateType) string {
-	switch st {
-	case memberlist.StateAlive:
-		return "alive"
-	case memberlist.StateSuspect:
-		return "suspect"
-	case memberlist.StateDead:
-		return "dead"
-	case memberlist.StateLeft:
-		return "left"
-	}
-	return "state-" + strconv.Itoa(int(st))
-}
-
 // delegate adapts the syncer to memberlist.Delegate.
 type delegate Syncer
 
@@ -526,10 +574,14 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool)     { (*Syncer)(d).me
 // events logs membership changes.
 type events Syncer
 
+// The callbacks run with memberlist's node lock held, so *n may be read
+// (and copied) here, and only here.
+
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.members.Add(1)
 	e.mu.Lock()
 	delete(e.failed, n.Name)
+	e.peers[n.Name] = copyNode(n)
 	e.mu.Unlock()
 	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
 }
@@ -539,6 +591,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	// memberlist does not say here whether the node died or left, so both
 	// are retried; a node that left refuses the connection, which is cheap.
 	e.mu.Lock()
+	delete(e.peers, n.Name)
 	if len(e.failed) < maxOrigins {
 		e.failed[n.Name] = failedMember{addr: n.Address(), since: time.Now()}
 	}
@@ -547,5 +600,16 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 }
 
 func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.mu.Lock()
+	e.peers[n.Name] = copyNode(n)
+	e.mu.Unlock()
 	e.log.Debug("member updated", "name", n.Name)
+}
+
+// copyNode copies a node, its address and metadata included.
+func copyNode(n *memberlist.Node) memberlist.Node {
+	c := *n
+	c.Addr = append(net.IP(nil), n.Addr...)
+	c.Meta = append([]byte(nil), n.Meta...)
+	return c
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/hashicorp/memberlist"
 )
 
@@ -74,7 +76,7 @@ func (l *memLedger) Charge(rule, key string, tokens uint64) {
 	l.mu.Unlock()
 }
 func (l *memLedger) Snapshot(func(Counter, float64) bool) {}
-func (l *memLedger) Adopt(string, string, float64)        {}
+func (l *memLedger) Adopt(string, string, float64) bool   { return false }
 func (l *memLedger) add(c Counter) {
 	l.mu.Lock()
 	l.queued = append(l.queued, c)
@@ -172,5 +174,37 @@ func TestCountersReachEveryMemberOnce(t *testing.T) {
 	waitFor(t, "the marker reaches n1 and n2", func() bool { return ledgers[1].get("r/k2") == 1 && ledgers[2].get("r/k2") == 1 })
 	if ledgers[1].get("r/k") != 5 || ledgers[2].get("r/k") != 5 {
 		t.Fatal("a repeated counter was charged twice")
+	}
+}
+
+// adoptLedger is a memLedger whose Adopt answers as told.
+type adoptLedger struct {
+	*memLedger
+	adopt bool
+}
+
+func (l adoptLedger) Adopt(string, string, float64) bool { return l.adopt }
+
+func TestMergeStateAdoptsWithoutDoubleCounting(t *testing.T) {
+	for _, adopt := range []bool{true, false} {
+		l := adoptLedger{newMemLedger(), adopt}
+		s := &Syncer{cfg: Config{MaxSeen: 100, FanoutLimit: 64}, self: "me", ledger: l, seen: map[counterKey]*seenRange{},
+			pending: map[counterKey]*pendingCounter{}, log: hclog.NewNullLogger()}
+		// Peer "a" is at −10: its own 10, and 10 of "b"'s it has charged.
+		state := encodeState("a",
+			[]stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 10, Prev: 10}, balance: -10}},
+			[]seenEntry{{origin: "b", c: Counter{Rule: "r", Key: "k", Epoch: 2, Used: 10, Prev: 10}}})
+		s.mergeState(state)
+		// b's first packet then arrives, naming its whole epoch.
+		w := newPacketWriter("b", 1300)
+		w.add("b", Counter{Rule: "r", Key: "k", Epoch: 2, Prev: 0, Used: 10})
+		s.receive(w.packets()[0])
+		got := l.get("r/k")
+		if adopt && got != 0 {
+			t.Errorf("after adopting a's balance, b's counter (already in it) charged %d", got)
+		}
+		if !adopt && got != 10 {
+			t.Errorf("without adopting, b's counter should be charged: got %d", got)
+		}
 	}
 }

@@ -11,7 +11,11 @@ import (
 // checked against the bytes present before anything is allocated:
 //
 //	counters packet  [1, sender, [origin, ...], [[origin_index, rule, key, epoch, prev, used], ...]]
-//	push-pull state  [2, origin, [[rule, key, epoch, used, balance], ...]]
+//	push-pull state  [2, origin, [[rule, key, epoch, used, balance], ...], [[seen_origin, rule, key, epoch, used], ...]]
+//
+// The state's second list is what the sender has already charged of other
+// origins' counters for the keys it lists: a receiver that takes the
+// sender's balance takes these too, so it never charges them again.
 const (
 	msgCounters = 1
 	msgState    = 2
@@ -194,8 +198,14 @@ type stateEntry struct {
 	balance float64
 }
 
-func encodeState(origin string, entries []stateEntry) []byte {
-	b := mp.AppendArrayHeader(nil, 3)
+// seenEntry is another origin's counter the state's sender has charged.
+type seenEntry struct {
+	origin string
+	c      Counter
+}
+
+func encodeState(origin string, entries []stateEntry, seen []seenEntry) []byte {
+	b := mp.AppendArrayHeader(nil, 4)
 	b = mp.AppendUint(b, msgState)
 	b = mp.AppendStr(b, origin)
 	b = mp.AppendArrayHeader(b, len(entries))
@@ -207,55 +217,92 @@ func encodeState(origin string, entries []stateEntry) []byte {
 		b = mp.AppendUint(b, e.c.Used)
 		b = mp.AppendFloat64(b, e.balance)
 	}
+	b = mp.AppendArrayHeader(b, len(seen))
+	for _, e := range seen {
+		b = mp.AppendArrayHeader(b, 5)
+		b = mp.AppendStr(b, e.origin)
+		b = mp.AppendStr(b, e.c.Rule)
+		b = mp.AppendStr(b, e.c.Key)
+		b = mp.AppendUint(b, e.c.Epoch)
+		b = mp.AppendUint(b, e.c.Used)
+	}
 	return b
 }
 
-func decodeState(b []byte) (origin string, entries []stateEntry, err error) {
+func decodeState(b []byte) (origin string, entries []stateEntry, seen []seenEntry, err error) {
 	d := mp.NewDecoder(b)
-	if n, err := d.ArrayLen(); err != nil || n != 3 {
-		return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "want 3 fields"))
+	if n, err := d.ArrayLen(); err != nil || n != 4 {
+		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "want 4 fields"))
 	}
 	if t, err := d.Uint(); err != nil || t != msgState {
-		return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "wrong type"))
+		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "wrong type"))
 	}
 	if origin, err = str(&d, maxNameLen, "origin"); err != nil {
-		return "", nil, fmt.Errorf("push-pull state: %w", err)
+		return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
 	}
 	n, err := d.ArrayLen()
 	if err != nil || n > maxStateEntries {
-		return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "too many entries"))
+		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "too many entries"))
 	}
 	entries = make([]stateEntry, 0, min(n, 4096))
 	for range n {
 		if m, err := d.ArrayLen(); err != nil || m != 5 {
-			return "", nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "entry must have 5 fields"))
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "entry must have 5 fields"))
 		}
 		var e stateEntry
 		if e.c.Rule, err = str(&d, maxRuleLen, "rule"); err != nil {
-			return "", nil, fmt.Errorf("push-pull state: %w", err)
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
 		}
 		if e.c.Key, err = str(&d, maxKeyLen, "key"); err != nil {
-			return "", nil, fmt.Errorf("push-pull state: %w", err)
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
 		}
 		if e.c.Epoch, err = d.Uint(); err != nil {
-			return "", nil, fmt.Errorf("push-pull state: %w", err)
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
 		}
 		if e.c.Used, err = d.Uint(); err != nil {
-			return "", nil, fmt.Errorf("push-pull state: %w", err)
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
 		}
 		if e.balance, err = d.Float64(); err != nil {
-			return "", nil, fmt.Errorf("push-pull state: %w", err)
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
 		}
 		if math.IsNaN(e.balance) || math.IsInf(e.balance, 0) {
-			return "", nil, fmt.Errorf("push-pull state: %w", d.Fail("balance not finite"))
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", d.Fail("balance not finite"))
 		}
 		e.c.Prev = e.c.Used
 		entries = append(entries, e)
 	}
-	if err := d.End(); err != nil {
-		return "", nil, fmt.Errorf("push-pull state: %w", err)
+	ns, err := d.ArrayLen()
+	if err != nil || ns > maxStateEntries {
+		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "too many seen entries"))
 	}
-	return origin, entries, nil
+	seen = make([]seenEntry, 0, min(ns, 4096))
+	for range ns {
+		if m, err := d.ArrayLen(); err != nil || m != 5 {
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "seen entry must have 5 fields"))
+		}
+		var e seenEntry
+		if e.origin, err = str(&d, maxNameLen, "origin"); err != nil {
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.c.Rule, err = str(&d, maxRuleLen, "rule"); err != nil {
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.c.Key, err = str(&d, maxKeyLen, "key"); err != nil {
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.c.Epoch, err = d.Uint(); err != nil {
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		if e.c.Used, err = d.Uint(); err != nil {
+			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		}
+		e.c.Prev = e.c.Used
+		seen = append(seen, e)
+	}
+	if err := d.End(); err != nil {
+		return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+	}
+	return origin, entries, seen, nil
 }
 
 func orMalformed(err error, d *mp.Decoder, what string) error {

@@ -49,14 +49,15 @@ func TestPacketsFitAndRoundTrip(t *testing.T) {
 
 func TestStateRoundTripsAndRejectsNonFinite(t *testing.T) {
 	in := []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 9, Used: 12, Prev: 12}, balance: -8.5}}
-	origin, out, err := decodeState(encodeState("node-a", in))
-	if err != nil || origin != "node-a" || fmt.Sprint(out) != fmt.Sprint(in) {
-		t.Fatalf("state round trip: %q %v %v", origin, out, err)
+	inSeen := []seenEntry{{origin: "node-b", c: Counter{Rule: "r", Key: "k", Epoch: 3, Used: 7, Prev: 7}}}
+	origin, out, seen, err := decodeState(encodeState("node-a", in, inSeen))
+	if err != nil || origin != "node-a" || fmt.Sprint(out) != fmt.Sprint(in) || fmt.Sprint(seen) != fmt.Sprint(inSeen) {
+		t.Fatalf("state round trip: %q %v %v %v", origin, out, seen, err)
 	}
-	nanState := encodeState("x", []stateEntry{{c: Counter{Rule: "r", Key: "k"}, balance: 0}})
-	// Overwrite the trailing float64 with NaN's bits.
-	copy(nanState[len(nanState)-8:], []byte{0x7f, 0xf8, 0, 0, 0, 0, 0, 1})
-	if _, _, err := decodeState(nanState); !errors.Is(err, mp.ErrMalformed) {
+	nanState := encodeState("x", []stateEntry{{c: Counter{Rule: "r", Key: "k"}, balance: 0}}, nil)
+	// Overwrite the float64 (before the empty seen list) with NaN's bits.
+	copy(nanState[len(nanState)-9:len(nanState)-1], []byte{0x7f, 0xf8, 0, 0, 0, 0, 0, 1})
+	if _, _, _, err := decodeState(nanState); !errors.Is(err, mp.ErrMalformed) {
 		t.Fatalf("NaN balance accepted: %v", err)
 	}
 }
