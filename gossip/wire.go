@@ -230,79 +230,83 @@ func encodeState(origin string, entries []stateEntry, seen []seenEntry) []byte {
 }
 
 func decodeState(b []byte) (origin string, entries []stateEntry, seen []seenEntry, err error) {
+	origin, entries, seen, err = decodeStateBody(b)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+	}
+	return origin, entries, seen, nil
+}
+
+func decodeStateBody(b []byte) (origin string, entries []stateEntry, seen []seenEntry, err error) {
 	d := mp.NewDecoder(b)
 	if n, err := d.ArrayLen(); err != nil || n != 4 {
-		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "want 4 fields"))
+		return "", nil, nil, orMalformed(err, &d, "want 4 fields")
 	}
 	if t, err := d.Uint(); err != nil || t != msgState {
-		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "wrong type"))
+		return "", nil, nil, orMalformed(err, &d, "wrong type")
 	}
 	if origin, err = str(&d, maxNameLen, "origin"); err != nil {
-		return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		return "", nil, nil, err
 	}
 	n, err := d.ArrayLen()
 	if err != nil || n > maxStateEntries {
-		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "too many entries"))
+		return "", nil, nil, orMalformed(err, &d, "too many entries")
 	}
 	entries = make([]stateEntry, 0, min(n, 4096))
 	for range n {
 		if m, err := d.ArrayLen(); err != nil || m != 5 {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "entry must have 5 fields"))
+			return "", nil, nil, orMalformed(err, &d, "entry must have 5 fields")
 		}
 		var e stateEntry
-		if e.c.Rule, err = str(&d, maxRuleLen, "rule"); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
-		}
-		if e.c.Key, err = str(&d, maxKeyLen, "key"); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
-		}
-		if e.c.Epoch, err = d.Uint(); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
-		}
-		if e.c.Used, err = d.Uint(); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		if e.c, err = readCounter(&d); err != nil {
+			return "", nil, nil, err
 		}
 		if e.balance, err = d.Float64(); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+			return "", nil, nil, err
 		}
 		if math.IsNaN(e.balance) || math.IsInf(e.balance, 0) {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", d.Fail("balance not finite"))
+			return "", nil, nil, d.Fail("balance not finite")
 		}
-		e.c.Prev = e.c.Used
 		entries = append(entries, e)
 	}
-	ns, err := d.ArrayLen()
-	if err != nil || ns > maxStateEntries {
-		return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "too many seen entries"))
+	n, err = d.ArrayLen()
+	if err != nil || n > maxStateEntries {
+		return "", nil, nil, orMalformed(err, &d, "too many seen entries")
 	}
-	seen = make([]seenEntry, 0, min(ns, 4096))
-	for range ns {
+	seen = make([]seenEntry, 0, min(n, 4096))
+	for range n {
 		if m, err := d.ArrayLen(); err != nil || m != 5 {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", orMalformed(err, &d, "seen entry must have 5 fields"))
+			return "", nil, nil, orMalformed(err, &d, "seen entry must have 5 fields")
 		}
 		var e seenEntry
 		if e.origin, err = str(&d, maxNameLen, "origin"); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+			return "", nil, nil, err
 		}
-		if e.c.Rule, err = str(&d, maxRuleLen, "rule"); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+		if e.c, err = readCounter(&d); err != nil {
+			return "", nil, nil, err
 		}
-		if e.c.Key, err = str(&d, maxKeyLen, "key"); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
-		}
-		if e.c.Epoch, err = d.Uint(); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
-		}
-		if e.c.Used, err = d.Uint(); err != nil {
-			return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
-		}
-		e.c.Prev = e.c.Used
 		seen = append(seen, e)
 	}
-	if err := d.End(); err != nil {
-		return "", nil, nil, fmt.Errorf("push-pull state: %w", err)
+	return origin, entries, seen, d.End()
+}
+
+// readCounter reads rule, key, epoch and used; Prev is set to Used (a state
+// reports where a counter stands, not what changed).
+func readCounter(d *mp.Decoder) (c Counter, err error) {
+	if c.Rule, err = str(d, maxRuleLen, "rule"); err != nil {
+		return c, err
 	}
-	return origin, entries, seen, nil
+	if c.Key, err = str(d, maxKeyLen, "key"); err != nil {
+		return c, err
+	}
+	if c.Epoch, err = d.Uint(); err != nil {
+		return c, err
+	}
+	if c.Used, err = d.Uint(); err != nil {
+		return c, err
+	}
+	c.Prev = c.Used
+	return c, nil
 }
 
 func orMalformed(err error, d *mp.Decoder, what string) error {
