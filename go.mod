@@ -3,6 +3,7 @@ module github.com/sluicelabs/sluice
 go 1.26.0
 
 require (
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/urfave/cli/v2 v2.27.7

@@ -22,6 +22,9 @@ type Settings struct {
 	SocketMode fs.FileMode
 	// RulesPath is the rules file; empty means the embedded default rules.
 	RulesPath string
+	// NoWatch turns off reloading the rules file when it changes (SIGHUP
+	// still reloads).
+	NoWatch bool
 	// NodeName names this daemon in logs and in the cluster; it must be
 	// unique in the cluster. Default: the hostname and a random suffix.
 	NodeName string

@@ -40,6 +40,8 @@ type Daemon struct {
 	rules  atomic.Pointer[ruleSet]
 	syncer *gossip.Syncer // nil when not in a cluster
 
+	loadedDigest []byte // content hash of the rules file New loaded
+
 	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
 	namespaces map[string]bucket.Namespace
 	nsNames    atomic.Pointer[[]string] // namespace → rule name, for gossip
@@ -73,7 +75,9 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.Now = monotonicClock()
 	}
 	rules := config.DefaultRules()
+	var digest []byte
 	if p := cfg.Settings.RulesPath; p != "" {
+		digest = fileDigest(p)
 		var err error
 		if rules, err = config.LoadRules(p); err != nil {
 			return nil, err
@@ -89,8 +93,9 @@ func New(cfg Config) (*Daemon, error) {
 			TrackConsumption: s.Cluster.Enabled(),
 			EpochBase:        uint64(time.Now().UnixNano()), // grows across restarts
 		}),
-		namespaces: map[string]bucket.Namespace{},
-		ready:      make(chan struct{}),
+		namespaces:   map[string]bucket.Namespace{},
+		ready:        make(chan struct{}),
+		loadedDigest: digest,
 	}
 	d.server = ipc.NewServer(ipc.ServerConfig{
 		Name:         s.NodeName,
@@ -132,6 +137,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.syncer != nil {
 		d.syncer.Start()
 		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join)
+	}
+	if d.settings.RulesPath != "" && !d.settings.NoWatch {
+		if loop, ok := d.startWatch(); ok {
+			watchDone := make(chan struct{})
+			watchCtx, stopWatch := context.WithCancel(ctx)
+			go func() { defer close(watchDone); loop(watchCtx) }()
+			defer func() { stopWatch(); <-watchDone }()
+		}
 	}
 	close(d.ready)
 

@@ -34,6 +34,7 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
 			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
+			&cli.BoolFlag{Name: "no-watch", EnvVars: []string{"SLUICE_NO_WATCH"}, Usage: "do not reload the rules file when it changes (SIGHUP still does)"},
 			&cli.StringFlag{Name: "node-name", Value: def.NodeName, EnvVars: []string{"SLUICE_NODE_NAME"}, Usage: "this daemon's name"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SLUICE_LOG_LEVEL"}, Usage: "trace, debug, info, warn or error"},
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"SLUICE_LOG_JSON"}, Usage: "log JSON lines"},
@@ -71,6 +72,7 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0660", c.String("socket-mode"))
 	}
 	s.RulesPath = c.String("rules")
+	s.NoWatch = c.Bool("no-watch")
 	s.NodeName = c.String("node-name")
 	s.MaxKeys = c.Int("max-keys")
 	s.MaxKeyLen = c.Int("max-key-len")
