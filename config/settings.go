@@ -22,6 +22,10 @@ type Settings struct {
 	SocketMode fs.FileMode
 	// RulesPath is the rules file; empty means the embedded default rules.
 	RulesPath string
+	// AdminAddr is where the admin HTTP endpoint (/healthz, /readyz,
+	// /metrics, /v1/...) listens; empty: not served. sluiced's flag defaults
+	// to 127.0.0.1:9464 (loopback only).
+	AdminAddr string
 	// NoWatch turns off reloading the rules file when it changes (SIGHUP
 	// still reloads).
 	NoWatch bool

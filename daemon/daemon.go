@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,9 @@ type Daemon struct {
 
 	loadedDigest []byte // content hash of the rules file New loaded
 
+	metrics         *metrics
+	lastReloadError atomic.Pointer[string]
+
 	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
 	namespaces map[string]bucket.Namespace
 	nsNames    atomic.Pointer[[]string] // namespace → rule name, for gossip
@@ -59,7 +64,8 @@ type ruleSet struct {
 
 type activeRule struct {
 	*config.Rule
-	ns bucket.Namespace
+	ns      bucket.Namespace
+	counted ruleCounters
 }
 
 // New builds a daemon: it validates the settings and loads the rules file (or
@@ -106,12 +112,14 @@ func New(cfg Config) (*Daemon, error) {
 		WriteTimeout: s.WriteTimeout,
 		Logger:       cfg.Logger.Named("ipc"),
 	}, d)
+	d.metrics = newMetrics(d)
 	d.apply(rules)
 	if s.Cluster.Enabled() {
 		var err error
 		if d.syncer, err = d.newSyncer(cfg.Gossip); err != nil {
 			return nil, err
 		}
+		d.metrics.registerGossip(d.syncer)
 	}
 	return d, nil
 }
@@ -137,6 +145,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.syncer != nil {
 		d.syncer.Start()
 		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join)
+	}
+	if addr := d.settings.AdminAddr; addr != "" {
+		admin := &http.Server{Addr: addr, Handler: d.AdminHandler(), ReadHeaderTimeout: adminReadTimeout}
+		if l, err := net.Listen("tcp", addr); err != nil {
+			d.log.Warn("admin endpoint not served", "addr", addr, "error", err)
+		} else {
+			d.log.Info("admin endpoint serving", "addr", l.Addr().String())
+			go admin.Serve(l)
+			defer admin.Close()
+		}
 	}
 	if d.settings.RulesPath != "" && !d.settings.NoWatch {
 		if loop, ok := d.startWatch(); ok {

@@ -36,6 +36,7 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			return false, requestError(err)
 		}
 		results[0] = toResult(r, lim)
+		ar.counted.count(results[0].Status)
 		return r.Allowed, nil
 	}
 
@@ -58,6 +59,15 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			continue
 		}
 		allowed = allowed && r.Allowed
+	}
+	for i := range checks {
+		if ar, ok := rs.byName[string(checks[i].Rule)]; ok {
+			st := results[i].Status
+			if !allowed && st.Admits() {
+				st = ipc.StatusOverLimit // not admitted: another check refused the request
+			}
+			ar.counted.count(st)
+		}
 	}
 	if !allowed {
 		return false, nil

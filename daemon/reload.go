@@ -22,12 +22,18 @@ func (d *Daemon) Reload() error {
 	rules, err := config.LoadRules(path)
 	if err != nil {
 		d.failures.Add(1)
+		d.metrics.reloads.WithLabelValues("error").Inc()
+		msg := err.Error()
+		d.lastReloadError.Store(&msg)
 		d.log.Error("reload failed; keeping the last good rules", "rules_hash", d.Rules().Hash, "error", err)
 		return fmt.Errorf("reload: %w", err)
 	}
 	old := d.Rules()
 	d.apply(rules)
 	d.reloads.Add(1)
+	d.metrics.reloads.WithLabelValues("ok").Inc()
+	d.metrics.reloadAt.SetToCurrentTime()
+	d.lastReloadError.Store(nil)
 	if d.syncer != nil {
 		if err := d.syncer.SetMeta(gossip.Meta{Version: Version, RulesHash: rules.Hash}); err != nil {
 			d.log.Warn("advertising the new rules hash", "error", err)
@@ -53,7 +59,7 @@ func (d *Daemon) apply(rules *config.Rules) {
 			ns = bucket.Namespace(len(d.namespaces) + 1)
 			d.namespaces[name] = ns
 		}
-		next.byName[name] = activeRule{Rule: r, ns: ns}
+		next.byName[name] = activeRule{Rule: r, ns: ns, counted: d.metrics.forRule(name)}
 	}
 	names := make([]string, len(d.namespaces)+1)
 	for name, ns := range d.namespaces {

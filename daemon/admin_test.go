@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+	return w
+}
+
+func counter(t *testing.T, families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	f, ok := families[name]
+	if !ok {
+		t.Fatalf("metric %s not exported", name)
+	}
+next:
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+				continue next
+			}
+		}
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("no %s series with %v", name, labels)
+	return 0
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	d, _, path := newDaemon(t, testRules)
+	h := d.AdminHandler()
+	if w := get(t, h, "/healthz"); w.Code != 200 {
+		t.Fatalf("/healthz %d", w.Code)
+	}
+	if w := get(t, h, "/readyz"); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before serving: %d", w.Code)
+	}
+	for range 5 {
+		decide(t, d, checks("four", "k"))
+	}
+	decide(t, d, checks("user", "a", "route", "/x"))
+	decide(t, d, checks("user", "b", "route", "/x"))
+	decide(t, d, checks("user", "c", "route", "/x")) // route (2/s) refuses: user counts as throttled too
+
+	writeRules(t, path, "rules: [")
+	d.Reload()
+
+	w := get(t, h, "/metrics")
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(strings.NewReader(w.Body.String()))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v\n%s", err, w.Body.String())
+	}
+	for _, c := range []struct {
+		rule, outcome string
+		want          float64
+	}{{"four", "admitted", 4}, {"four", "throttled", 1}, {"user", "admitted", 2}, {"user", "throttled", 1}, {"route", "throttled", 1}} {
+		if got := counter(t, families, "sluice_decisions_total", map[string]string{"rule": c.rule, "outcome": c.outcome}); got != c.want {
+			t.Errorf("decisions{rule=%s,outcome=%s} = %v, want %v", c.rule, c.outcome, got, c.want)
+		}
+	}
+	if got := counter(t, families, "sluice_rules_reloads_total", map[string]string{"result": "error"}); got != 1 {
+		t.Errorf("failed reloads = %v", got)
+	}
+	if got := counter(t, families, "sluice_active_keys", nil); got < 4 {
+		t.Errorf("active keys = %v", got)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "key" {
+					t.Fatalf("%s has a per-key label: cardinality must stay bounded", f.GetName())
+				}
+			}
+		}
+	}
+
+	var ready map[string]any
+	json.Unmarshal(get(t, h, "/readyz").Body.Bytes(), &ready)
+	if msg, _ := ready["last_reload_error"].(string); !strings.Contains(msg, "rules.yaml") {
+		t.Errorf("/readyz does not explain the failed reload: %v", ready)
+	}
+	if w := get(t, h, "/v1/rules"); !strings.Contains(w.Body.String(), `"name": "four"`) {
+		t.Errorf("/v1/rules: %s", w.Body.String())
+	}
+	var key map[string]any
+	json.Unmarshal(get(t, h, "/v1/keys/four/k").Body.Bytes(), &key)
+	if key["balance"] != 0.0 || key["limit"] != 4.0 {
+		t.Errorf("/v1/keys/four/k: %v", key)
+	}
+	if w := get(t, h, "/v1/keys/nope/k"); w.Code != 404 {
+		t.Errorf("unknown rule: %d", w.Code)
+	}
+}
+
+func TestDecideWithMetricsAllocatesNothing(t *testing.T) {
+	TestDecideAllocatesNothing(t) // the counters are resolved per rule, not per request
+}
