@@ -45,6 +45,24 @@ func (b *Bucket) Take(lim Limit, cost int64, now time.Time) Result {
 	return lim.result(false, full, n, full-lim.burstNanos+costN-n)
 }
 
+// TakeOverdraft is Take with a soft margin: a request the balance does not
+// cover is still admitted, and charged, if that leaves the bucket at most
+// overdraft tokens below zero. soft reports that the margin was used.
+func (b *Bucket) TakeOverdraft(lim Limit, cost, overdraft int64, now time.Time) (r Result, soft bool) {
+	if r = b.Take(lim, cost, now); r.Allowed || overdraft <= 0 {
+		return r, false
+	}
+	n := now.UnixNano()
+	full := max(b.full, n)
+	costN := lim.costNanos(cost)
+	if full-n+costN > lim.burstNanos+lim.costNanos(overdraft) {
+		return r, false
+	}
+	b.full = full + costN
+	res := lim.result(true, b.full, n, 0)
+	return res, true
+}
+
 // Reserve is Take for a caller willing to wait up to maxWait: if the
 // balance does not cover cost now but will within maxWait, the cost is
 // charged now (reserving the caller's turn, in arrival order, as a leaky

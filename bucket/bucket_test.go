@@ -207,3 +207,20 @@ func TestReserveQueuesInArrivalOrderWithinMaxWait(t *testing.T) {
 		t.Fatalf("balance %v, want -2 (three reserved, one refused)", bl)
 	}
 }
+
+func TestTakeOverdraftAdmitsWithinTheSoftMargin(t *testing.T) {
+	lim := MustLimit(10, time.Second, 10)
+	var b Bucket
+	b.Take(lim, 10, t0)
+	var soft []bool
+	for range 3 {
+		r, s := b.TakeOverdraft(lim, 1, 2, t0) // up to 2 tokens below zero
+		soft = append(soft, r.Allowed && s)
+	}
+	if !soft[0] || !soft[1] || soft[2] {
+		t.Fatalf("soft admissions %v, want two then a refusal", soft)
+	}
+	if bl := b.Balance(lim, t0); bl != -2 {
+		t.Fatalf("balance %v, want -2", bl)
+	}
+}

@@ -157,6 +157,26 @@ func (s *Store) Take(ns Namespace, key []byte, lim Limit, cost int64, now time.T
 	return s.take(ns, key, lim, cost, 0, now)
 }
 
+// TakeOverdraft is Take with a soft margin of overdraft tokens below zero
+// (see Bucket.TakeOverdraft); soft reports that the margin was used.
+func (s *Store) TakeOverdraft(ns Namespace, key []byte, lim Limit, cost, overdraft int64, now time.Time) (r Result, soft bool, err error) {
+	if err := s.validate(key, lim, cost); err != nil {
+		return Result{}, false, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	e := sh.buckets[storeKey{ns, string(key)}]
+	if e == nil {
+		e = sh.insert(s, ns, key, now)
+	}
+	r, soft = e.TakeOverdraft(lim, cost, overdraft, now)
+	if r.Allowed && e.t != nil {
+		sh.record(e, cost)
+	}
+	sh.mu.Unlock()
+	return r, soft, nil
+}
+
 // Reserve is Take for a caller willing to wait up to maxWait (see
 // Bucket.Reserve): an allowed result with a positive RetryAfter means "go
 // ahead after waiting that long; your tokens are taken".

@@ -59,6 +59,12 @@ type Rule struct {
 	Name      string
 	Limit     bucket.Limit
 	Overrides map[string]bucket.Limit
+	// Shadow decides and counts but never denies: a request the limit would
+	// refuse is admitted (and not charged), and the reply says so.
+	Shadow bool
+	// SoftPercent admits requests up to this share of the burst below zero
+	// (charging them), counted apart from ordinary admissions.
+	SoftPercent float64
 }
 
 // LimitFor returns the limit that applies to key: its override, or the rule's.
@@ -254,7 +260,7 @@ func (p *parser) known(n *yaml.Node, path string, names ...string) map[string]*y
 
 func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 	before := len(p.errs)
-	f := p.known(n, path, "rate", "burst", "overrides")
+	f := p.known(n, path, "rate", "burst", "overrides", "shadow", "soft_percent")
 	if len(p.errs) > before {
 		return nil
 	}
@@ -268,6 +274,24 @@ func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 		return nil
 	}
 	r := &Rule{Name: name, Limit: lim}
+	if v := f["shadow"]; v != nil {
+		switch v.Value {
+		case "true":
+			r.Shadow = true
+		case "false":
+		default:
+			p.fail(v, path+".shadow", "must be true or false, got %q", v.Value)
+			return nil
+		}
+	}
+	if v := f["soft_percent"]; v != nil {
+		pct, err := strconv.ParseFloat(v.Value, 64)
+		if err != nil || pct < 0 || pct > 1000 {
+			p.fail(v, path+".soft_percent", "must be a number from 0 to 1000, got %q", v.Value)
+			return nil
+		}
+		r.SoftPercent = pct
+	}
 	if overridesNode := f["overrides"]; overridesNode != nil {
 		r.Overrides = map[string]bucket.Limit{}
 		p.entries(overridesNode, path+".overrides", func(key string, kn, v *yaml.Node) {
@@ -379,7 +403,7 @@ func hashRules(r *Rules) string {
 	fmt.Fprintf(h, "unknown=%s\n", r.UnknownRule)
 	for _, name := range r.Names() {
 		rule := r.ByName[name]
-		fmt.Fprintf(h, "%s=%s\n", name, rule.Limit)
+		fmt.Fprintf(h, "%s=%s shadow=%v soft=%g\n", name, rule.Limit, rule.Shadow, rule.SoftPercent)
 		keys := make([]string, 0, len(rule.Overrides))
 		for k := range rule.Overrides {
 			keys = append(keys, k)

@@ -167,3 +167,15 @@ func TestSettingsDefaultsValidate(t *testing.T) {
 		t.Fatal("max batch 0 accepted")
 	}
 }
+
+func TestShadowAndSoftFields(t *testing.T) {
+	r, err := ParseRules("r.yaml", []byte("rules:\n  a:\n    rate: 1/s\n    shadow: true\n    soft_percent: 25\n"))
+	if err != nil || !r.ByName["a"].Shadow || r.ByName["a"].SoftPercent != 25 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for _, src := range []string{"rules:\n  a:\n    rate: 1/s\n    shadow: maybe\n", "rules:\n  a:\n    rate: 1/s\n    soft_percent: -5\n"} {
+		if _, err := ParseRules("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), "r.yaml:4:") {
+			t.Errorf("%q: %v", src, err)
+		}
+	}
+}

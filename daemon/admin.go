@@ -24,14 +24,14 @@ type metrics struct {
 
 // ruleCounters are one rule's pre-resolved decision counters.
 type ruleCounters struct {
-	admitted, throttled prometheus.Counter
+	admitted, throttled, shadow, soft prometheus.Counter
 }
 
 func newMetrics(d *Daemon) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total", Help: "Checks decided, by rule and outcome (admitted, throttled).",
+			Name: "sluice_decisions_total", Help: "Checks decided, by rule and outcome (admitted, throttled, shadow_throttled, soft).",
 		}, []string{"rule", "outcome"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rules_reloads_total", Help: "Rules reloads, by result (ok, error).",
@@ -75,6 +75,8 @@ func (m *metrics) forRule(name string) ruleCounters {
 	return ruleCounters{
 		admitted:  m.decisions.WithLabelValues(name, "admitted"),
 		throttled: m.decisions.WithLabelValues(name, "throttled"),
+		shadow:    m.decisions.WithLabelValues(name, "shadow_throttled"),
+		soft:      m.decisions.WithLabelValues(name, "soft"),
 	}
 }
 
@@ -82,9 +84,14 @@ func (c ruleCounters) count(status ipc.Status) {
 	if c.admitted == nil {
 		return
 	}
-	if status.Admits() {
+	switch {
+	case status == ipc.StatusShadowDenied:
+		c.shadow.Inc()
+	case status == ipc.StatusSoft:
+		c.soft.Inc()
+	case status.Admits():
 		c.admitted.Inc()
-	} else {
+	default:
 		c.throttled.Inc()
 	}
 }

@@ -322,3 +322,34 @@ func TestGossipKeysAndKeyrings(t *testing.T) {
 		}
 	}
 }
+
+func TestShadowAndSoftRules(t *testing.T) {
+	d, _, _ := newDaemon(t, "rules:\n  shadowed:\n    rate: 1/1h\n    shadow: true\n  softy:\n    rate: 10/1h\n    soft_percent: 20\n")
+	var statuses []ipc.Status
+	for range 3 {
+		ok, r := decide(t, d, checks("shadowed", "k"))
+		if !ok {
+			t.Fatalf("a shadow rule denied: %+v", r)
+		}
+		statuses = append(statuses, r[0].Status)
+	}
+	if statuses[0] != ipc.StatusOK || statuses[1] != ipc.StatusShadowDenied || statuses[2] != ipc.StatusShadowDenied {
+		t.Fatalf("shadow statuses %v", statuses)
+	}
+	if bal, _ := d.Balance("shadowed", "k"); bal != 0 {
+		t.Fatalf("shadow-admitted requests were charged: balance %v", bal)
+	}
+	var admitted, soft int
+	for range 13 {
+		ok, r := decide(t, d, checks("softy", "k"))
+		if ok {
+			admitted++
+		}
+		if r[0].Status == ipc.StatusSoft {
+			soft++
+		}
+	}
+	if admitted != 12 || soft != 2 {
+		t.Fatalf("soft rule admitted %d (%d soft), want 12 with 2 soft (20%% of a burst of 10)", admitted, soft)
+	}
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"math"
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/config"
@@ -26,18 +27,29 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 		lim := ar.LimitFor(c.Key)
 		cost := int64(min(c.Cost, bucket.MaxCost+1))
 		var r bucket.Result
+		var soft bool
 		var err error
-		if c.MaxDelay > 0 {
+		switch {
+		case c.MaxDelay > 0:
 			r, err = d.store.Reserve(ar.ns, c.Key, lim, cost, c.MaxDelay, now)
-		} else {
+		case ar.SoftPercent > 0:
+			overdraft := int64(math.Ceil(ar.SoftPercent / 100 * float64(lim.Burst())))
+			r, soft, err = d.store.TakeOverdraft(ar.ns, c.Key, lim, cost, overdraft, now)
+		default:
 			r, err = d.store.Take(ar.ns, c.Key, lim, cost, now)
 		}
 		if err != nil {
 			return false, requestError(err)
 		}
 		results[0] = toResult(r, lim)
+		switch {
+		case soft:
+			results[0].Status = ipc.StatusSoft
+		case !r.Allowed && ar.Shadow:
+			results[0].Status = ipc.StatusShadowDenied // admitted; the limit would have refused
+		}
 		ar.counted.count(results[0].Status)
-		return r.Allowed, nil
+		return results[0].Status.Admits(), nil
 	}
 
 	allowed := true
@@ -58,6 +70,10 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			results[i].Status = ipc.StatusDelayed // its turn comes in time: charged below, caller waits
 			continue
 		}
+		if !r.Allowed && ar.Shadow {
+			results[i].Status = ipc.StatusShadowDenied // admitted, not charged below
+			continue
+		}
 		allowed = allowed && r.Allowed
 	}
 	for i := range checks {
@@ -74,7 +90,7 @@ func (d *Daemon) Decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 	}
 	for i := range checks {
 		c := &checks[i]
-		if ar, ok := rs.byName[string(c.Rule)]; ok {
+		if ar, ok := rs.byName[string(c.Rule)]; ok && results[i].Status != ipc.StatusShadowDenied {
 			// Cannot fail: the key and cost passed Check above.
 			_ = d.store.Charge(ar.ns, c.Key, ar.LimitFor(c.Key), int64(c.Cost), now)
 			d.store.Record(ar.ns, c.Key, int64(c.Cost))

@@ -45,11 +45,17 @@ const (
 	// retry_after (the check asked to be shaped, and its turn comes within
 	// its max_delay).
 	StatusDelayed Status = 4
+	// StatusShadowDenied: admitted because the rule is in shadow mode, but
+	// the limit would have refused it (and nothing was charged).
+	StatusShadowDenied Status = 5
+	// StatusSoft: admitted (and charged) within the rule's soft margin
+	// below zero.
+	StatusSoft Status = 6
 )
 
 // Admits reports whether the status lets the request through.
 func (s Status) Admits() bool {
-	return s == StatusOK || s == StatusUnknownRuleAllowed || s == StatusDelayed
+	return s == StatusOK || s == StatusUnknownRuleAllowed || s == StatusDelayed || s == StatusShadowDenied || s == StatusSoft
 }
 
 func (s Status) String() string {
@@ -64,6 +70,10 @@ func (s Status) String() string {
 		return "unknown_rule_allowed"
 	case StatusDelayed:
 		return "delayed"
+	case StatusShadowDenied:
+		return "shadow_denied"
+	case StatusSoft:
+		return "soft"
 	}
 	return fmt.Sprintf("status(%d)", uint64(s))
 }
