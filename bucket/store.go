@@ -154,12 +154,32 @@ func (s *Store) Capacity() int { return s.shardCap * len(s.shards) }
 // its balance covers the cost (see Bucket.Take). It errors, changing nothing,
 // when the key is empty or too long or cost is outside [1, lim.Burst()].
 func (s *Store) Take(ns Namespace, key []byte, lim Limit, cost int64, now time.Time) (Result, error) {
-	return s.take(ns, key, lim, cost, 0, now)
+	r, _, err := s.take(ns, key, lim, cost, leeway{}, now)
+	return r, err
 }
 
 // TakeOverdraft is Take with a soft margin of overdraft tokens below zero
 // (see Bucket.TakeOverdraft); soft reports that the margin was used.
 func (s *Store) TakeOverdraft(ns Namespace, key []byte, lim Limit, cost, overdraft int64, now time.Time) (r Result, soft bool, err error) {
+	return s.take(ns, key, lim, cost, leeway{overdraft: overdraft}, now)
+}
+
+// Reserve is Take for a caller willing to wait up to maxWait (see
+// Bucket.Reserve): an allowed result with a positive RetryAfter means "go
+// ahead after waiting that long; your tokens are taken".
+func (s *Store) Reserve(ns Namespace, key []byte, lim Limit, cost int64, maxWait time.Duration, now time.Time) (Result, error) {
+	r, _, err := s.take(ns, key, lim, cost, leeway{maxWait: maxWait}, now)
+	return r, err
+}
+
+// leeway is how a take may admit beyond the balance: by reserving a later
+// turn, or by going a margin below zero. The zero leeway is a plain Take.
+type leeway struct {
+	maxWait   time.Duration
+	overdraft int64
+}
+
+func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, now time.Time) (r Result, soft bool, err error) {
 	if err := s.validate(key, lim, cost); err != nil {
 		return Result{}, false, err
 	}
@@ -169,42 +189,19 @@ func (s *Store) TakeOverdraft(ns Namespace, key []byte, lim Limit, cost, overdra
 	if e == nil {
 		e = sh.insert(s, ns, key, now)
 	}
-	r, soft = e.TakeOverdraft(lim, cost, overdraft, now)
-	if r.Allowed && e.t != nil {
-		sh.record(e, cost)
-	}
-	sh.mu.Unlock()
-	return r, soft, nil
-}
-
-// Reserve is Take for a caller willing to wait up to maxWait (see
-// Bucket.Reserve): an allowed result with a positive RetryAfter means "go
-// ahead after waiting that long; your tokens are taken".
-func (s *Store) Reserve(ns Namespace, key []byte, lim Limit, cost int64, maxWait time.Duration, now time.Time) (Result, error) {
-	return s.take(ns, key, lim, cost, maxWait, now)
-}
-
-func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, maxWait time.Duration, now time.Time) (Result, error) {
-	if err := s.validate(key, lim, cost); err != nil {
-		return Result{}, err
-	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	e := sh.buckets[storeKey{ns, string(key)}]
-	if e == nil {
-		e = sh.insert(s, ns, key, now)
-	}
-	var r Result
-	if maxWait > 0 {
-		r = e.Reserve(lim, cost, maxWait, now)
-	} else {
+	switch {
+	case l.maxWait > 0:
+		r = e.Reserve(lim, cost, l.maxWait, now)
+	case l.overdraft > 0:
+		r, soft = e.TakeOverdraft(lim, cost, l.overdraft, now)
+	default:
 		r = e.Take(lim, cost, now)
 	}
 	if r.Allowed && e.t != nil {
 		sh.record(e, cost)
 	}
 	sh.mu.Unlock()
-	return r, nil
+	return r, soft, nil
 }
 
 // Check reports what Take would decide without charging or creating a bucket.
