@@ -325,29 +325,24 @@ func (c *Client) decided(rep *ipc.Reply) Decision {
 // embedded limiter, deciding in-process, uses it to answer exactly as a
 // Client would.
 func DecisionOf(allowed bool, results []ipc.Result) Decision {
-	rep := ipc.Reply{Allowed: allowed, Results: results}
-	d := Decision{Allowed: rep.Allowed, Denied: -1, Deciding: -1}
+	d := Decision{Allowed: allowed, Denied: -1, Deciding: -1}
 	best := -1
-	for i := range rep.Results {
-		if best < 0 || moreRestrictive(rep.Results[i], rep.Results[best]) {
+	for i := range results {
+		if best < 0 || moreRestrictive(results[i], results[best]) {
 			best = i
 		}
-	}
-	if best >= 0 {
-		r := rep.Results[best]
-		d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Period, d.Status = int64(r.Limit), int64(r.Remaining), r.RetryAfter, r.ResetAfter, r.Period, r.Status
-		d.Deciding = best
-		if !rep.Allowed {
-			d.Denied = best
+		if allowed && results[i].Status == ipc.StatusDelayed {
+			d.Delay = max(d.Delay, results[i].RetryAfter)
 		}
 	}
-	if rep.Allowed {
-		for _, r := range rep.Results {
-			if r.Status == ipc.StatusDelayed {
-				d.Delay = max(d.Delay, r.RetryAfter)
-			}
-		}
-		d.RetryAfter = 0
+	if best < 0 {
+		return d
+	}
+	r := results[best]
+	d.Limit, d.Remaining, d.ResetAfter, d.Period, d.Status = int64(r.Limit), int64(r.Remaining), r.ResetAfter, r.Period, r.Status
+	d.Deciding = best
+	if !allowed {
+		d.RetryAfter, d.Denied = r.RetryAfter, best
 	}
 	return d
 }

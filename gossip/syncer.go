@@ -366,13 +366,7 @@ func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool
 	sr := s.seen[k]
 	switch {
 	case sr == nil:
-		if len(s.seen) >= s.cfg.MaxSeen {
-			for victim := range s.seen { // random entry
-				delete(s.seen, victim)
-				break
-			}
-		}
-		s.seen[k] = &seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used}
+		s.rememberLocked(k, seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used})
 		return c.Used - c.Prev, true
 	case c.Epoch > sr.epoch:
 		*sr = seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used}
@@ -510,6 +504,18 @@ func (s *Syncer) mergeState(b []byte) {
 	s.charge(charges)
 }
 
+// rememberLocked adds a seen range, evicting a random one at the cap.
+// Caller holds s.mu.
+func (s *Syncer) rememberLocked(k counterKey, r seenRange) {
+	if len(s.seen) >= s.cfg.MaxSeen {
+		for victim := range s.seen { // map iteration starts at a random entry
+			delete(s.seen, victim)
+			break
+		}
+	}
+	s.seen[k] = &r
+}
+
 // baselineLocked records that an origin's counter up to c.Used is already
 // accounted for here, charging nothing. Caller holds s.mu.
 func (s *Syncer) baselineLocked(origin string, c Counter) {
@@ -517,13 +523,7 @@ func (s *Syncer) baselineLocked(origin string, c Counter) {
 	sr := s.seen[k]
 	switch {
 	case sr == nil:
-		if len(s.seen) >= s.cfg.MaxSeen {
-			for victim := range s.seen {
-				delete(s.seen, victim)
-				break
-			}
-		}
-		s.seen[k] = &seenRange{epoch: c.Epoch, lo: 0, hi: c.Used}
+		s.rememberLocked(k, seenRange{epoch: c.Epoch, lo: 0, hi: c.Used})
 	case c.Epoch > sr.epoch:
 		*sr = seenRange{epoch: c.Epoch, lo: 0, hi: c.Used}
 	case c.Epoch == sr.epoch:

@@ -3,37 +3,17 @@ package httplimit
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/sluicelabs/sluice/clientlib"
-	"github.com/sluicelabs/sluice/config"
-	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/daemon/daemontest"
 )
 
 // Through a real daemon: the middleware's 429 comes from the shared bucket.
 func TestMiddlewareWithRealDaemon(t *testing.T) {
-	dir, err := os.MkdirTemp("", "hl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	rules := filepath.Join(dir, "rules.yaml")
-	os.WriteFile(rules, []byte("rules:\n  api:\n    rate: 2/1h\n"), 0o600)
-	s := config.DefaultSettings()
-	s.SocketPath, s.RulesPath = filepath.Join(dir, "d.sock"), rules
-	d, err := daemon.New(daemon.Config{Settings: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	defer func() { cancel(); <-ran }()
-	<-d.Ready()
-	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: s.SocketPath, Timeout: 5 * time.Second})
+	d := daemontest.Start(t, "rules:\n  api:\n    rate: 2/1h\n")
+	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: d.SocketPath(), Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

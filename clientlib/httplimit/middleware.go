@@ -230,28 +230,34 @@ func (m *Middleware) checks(r *http.Request) ([]clientlib.Check, *routeState) {
 // traffic and its turn comes within the route's bounds. ok is false when no
 // limit applies; an error means the client went away while held.
 func (m *Middleware) Decide(r *http.Request) (d clientlib.Decision, checks []clientlib.Check, ok bool, err error) {
+	d, checks, _, err = m.decide(r)
+	return d, checks, len(checks) > 0, err
+}
+
+// decide is Decide, also returning the matched route (nil for the defaults).
+func (m *Middleware) decide(r *http.Request) (clientlib.Decision, []clientlib.Check, *routeState, error) {
 	checks, route := m.checks(r)
 	if len(checks) == 0 {
-		return clientlib.Decision{Allowed: true, Denied: -1, Deciding: -1}, nil, false, nil
+		return clientlib.Decision{Allowed: true, Denied: -1, Deciding: -1}, nil, route, nil
 	}
 	if route == nil || route.Shape == nil {
-		return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, true, nil
+		return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, route, nil
 	}
 	if route.held.Add(1) > int64(route.Shape.MaxQueue) {
 		route.held.Add(-1) // queue full: decide without waiting
-		return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, true, nil
+		return m.cfg.Limiter.AllowAll(r.Context(), checks...), checks, route, nil
 	}
 	defer route.held.Add(-1)
 	for i := range checks {
 		checks[i].MaxDelay = route.Shape.MaxWait
 	}
-	d = m.cfg.Limiter.AllowAll(r.Context(), checks...)
+	d := m.cfg.Limiter.AllowAll(r.Context(), checks...)
 	if d.Allowed && d.Delay > 0 {
 		if err := m.cfg.Wait(r.Context(), d.Delay); err != nil {
-			return d, checks, true, err
+			return d, checks, route, err
 		}
 	}
-	return d, checks, true, nil
+	return d, checks, route, nil
 }
 
 // waitCtx waits d, or less if ctx ends first (then returning its error).
@@ -276,11 +282,11 @@ func (m *Middleware) Wrap(h http.Handler) http.Handler {
 // ServeHTTP limits one request and passes it to h if admitted (what Wrap's
 // handler does, without building a handler per request).
 func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request, h http.Handler) {
-	d, checks, limited, err := m.Decide(r)
+	d, checks, route, err := m.decide(r)
 	if err != nil {
 		return // the client left while its request was held
 	}
-	if !limited || d.FailedOpen && d.Allowed {
+	if len(checks) == 0 || d.FailedOpen && d.Allowed {
 		h.ServeHTTP(w, r) // no decision: no limit headers to give
 		return
 	}
@@ -291,7 +297,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request, h http.Ha
 		m.serve(h, w, r)
 		return
 	}
-	if m.elastic(r, d, checks) {
+	if m.elastic(route, d, checks) {
 		w.Header().Set("X-Ratelimit-Elastic", "1") // over the limit, admitted while the upstream is healthy
 		m.serve(h, w, r)
 		return
@@ -312,14 +318,9 @@ func (m *Middleware) serve(h http.Handler, w http.ResponseWriter, r *http.Reques
 }
 
 // elastic reports whether a throttled request may pass on its route's
-// elastic allowance, and marks the response if so.
-func (m *Middleware) elastic(r *http.Request, d clientlib.Decision, checks []clientlib.Check) bool {
-	if m.health == nil || d.FailedOpen || d.Deciding < 0 || d.Period <= 0 {
-		return false
-	}
-	_, pattern := m.mux.Handler(r)
-	route, ok := m.routes[pattern]
-	if !ok || route.Elastic == nil {
+// elastic allowance (taking from it if so).
+func (m *Middleware) elastic(route *routeState, d clientlib.Decision, checks []clientlib.Check) bool {
+	if route == nil || route.Elastic == nil || d.FailedOpen || d.Deciding < 0 || d.Period <= 0 {
 		return false
 	}
 	e := route.Elastic

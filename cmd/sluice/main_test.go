@@ -2,38 +2,17 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/sluicelabs/sluice/config"
-	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/daemon/daemontest"
 )
 
 func startDaemon(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "cli")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	rules := filepath.Join(dir, "rules.yaml")
-	os.WriteFile(rules, []byte("unknown_rule: deny\nrules:\n  two:\n    rate: 2/1h\n"), 0o600)
-	s := config.DefaultSettings()
-	s.SocketPath, s.RulesPath = filepath.Join(dir, "d.sock"), rules
-	d, err := daemon.New(daemon.Config{Settings: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	<-d.Ready()
-	t.Cleanup(func() { cancel(); <-ran })
-	return s.SocketPath
+	return daemontest.Start(t, "unknown_rule: deny\nrules:\n  two:\n    rate: 2/1h\n").SocketPath()
 }
 
 func TestCheckExitCodesAndOutput(t *testing.T) {
