@@ -350,6 +350,18 @@ func (s *Store) Balance(ns Namespace, key []byte, lim Limit, now time.Time) (flo
 	return float64(lim.burst), false
 }
 
+// Local returns the key's local consumption (what this store admitted in the
+// bucket's current epoch), if the store holds a tracked bucket for it.
+func (s *Store) Local(ns Namespace, key []byte) (Consumption, bool) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.buckets[storeKey{ns, string(key)}]; e != nil && e.t != nil {
+		return Consumption{NS: ns, Key: e.t.key, Epoch: e.t.epoch, Used: e.t.used, Prev: e.t.sent}, true
+	}
+	return Consumption{}, false
+}
+
 // Rescale carries every bucket of namespace ns across a limit change. limits
 // returns a key's old and new limit; buckets whose limit did not change are
 // left alone. See Bucket.Rescale.

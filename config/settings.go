@@ -26,6 +26,8 @@ type Settings struct {
 	// /metrics, /v1/...) listens; empty: not served. sluiced's flag defaults
 	// to 127.0.0.1:9464 (loopback only).
 	AdminAddr string
+	// Pprof serves Go's profiles under /debug/pprof/ on the admin endpoint.
+	Pprof bool
 	// NoWatch turns off reloading the rules file when it changes (SIGHUP
 	// still reloads).
 	NoWatch bool

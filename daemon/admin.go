@@ -1,13 +1,21 @@
 package daemon
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/pprof"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/gossip"
 	"github.com/sluicelabs/sluice/ipc"
 )
@@ -96,65 +104,294 @@ func (c ruleCounters) count(status ipc.Status) {
 	}
 }
 
-// AdminHandler serves the daemon's operator endpoints: /healthz, /readyz,
-// /metrics (Prometheus), /v1/rules and /v1/keys/{rule}/{key}.
+// AdminHandler serves the daemon's operator endpoints:
+//
+//	GET  /healthz              liveness
+//	GET  /readyz               readiness, with the rules in force and reload results
+//	GET  /metrics              Prometheus
+//	GET  /v1/rules             the rules in force
+//	GET  /v1/members           the cluster as this node sees it, rules drift flagged
+//	GET  /v1/keys/{rule}/{key} one key: balance, debt, per-origin counters
+//	GET  /v1/top?n=N           the N keys deepest into their burst
+//	GET  /v1/stats             decisions so far, per rule and outcome
+//	POST /v1/reload            re-read the rules (file or URL) now
+//	/debug/pprof/              Go profiles, only with Settings.Pprof
 func (d *Daemon) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ready := false
-		select {
-		case <-d.ready:
-			ready = true
-		default:
-		}
-		ok, failed := d.ReloadCounts()
-		body := map[string]any{"ready": ready, "rules_source": d.Rules().Source, "rules_hash": d.Rules().Hash,
-			"reloads_ok": ok, "reloads_failed": failed}
-		if e := d.lastReloadError.Load(); e != nil {
-			body["last_reload_error"] = *e
-		}
-		if !ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		writeJSON(w, body)
-	})
+	mux.HandleFunc("GET /readyz", d.serveReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) {
-		rs := d.Rules()
-		type rule struct {
-			Name      string `json:"name"`
-			Limit     int64  `json:"limit"`
-			Period    string `json:"period"`
-			Burst     int64  `json:"burst"`
-			Overrides int    `json:"overrides"`
+	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.RulesView()) })
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.MembersView()) })
+	mux.HandleFunc("GET /v1/keys/{rule}/{key}", func(w http.ResponseWriter, r *http.Request) {
+		kv, ok := d.KeyView(r.PathValue("rule"), r.PathValue("key"))
+		if !ok {
+			writeJSONStatus(w, http.StatusNotFound, map[string]string{"error": "no such rule: " + r.PathValue("rule")})
+			return
 		}
-		out := struct {
-			Source      string `json:"source"`
-			Hash        string `json:"hash"`
-			UnknownRule string `json:"unknown_rule"`
-			Rules       []rule `json:"rules"`
-		}{Source: rs.Source, Hash: rs.Hash, UnknownRule: rs.UnknownRule.String()}
-		for _, n := range rs.Names() {
-			r := rs.ByName[n]
-			out.Rules = append(out.Rules, rule{n, r.Limit.Count(), r.Limit.Period().String(), r.Limit.Burst(), len(r.Overrides)})
+		writeJSON(w, kv)
+	})
+	mux.HandleFunc("GET /v1/top", func(w http.ResponseWriter, r *http.Request) {
+		n := 10
+		if q := r.URL.Query().Get("n"); q != "" {
+			v, err := strconv.Atoi(q)
+			if err != nil || v < 1 || v > maxTop {
+				writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("n must be a number in [1, %d]", maxTop)})
+				return
+			}
+			n = v
+		}
+		writeJSON(w, map[string]any{"keys": d.Busiest(n)})
+	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.StatsView()) })
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		err := d.Reload()
+		out := map[string]any{"ok": err == nil, "rules_hash": d.Rules().Hash, "rules_source": d.Rules().Source}
+		if err != nil {
+			out["error"] = err.Error()
+			writeJSONStatus(w, http.StatusUnprocessableEntity, out)
+			return
 		}
 		writeJSON(w, out)
 	})
-	mux.HandleFunc("GET /v1/keys/{rule}/{key}", func(w http.ResponseWriter, r *http.Request) {
-		in := d.Inspect([]byte(r.PathValue("rule")), []byte(r.PathValue("key")))
-		if !in.Known {
-			http.Error(w, "no such rule", http.StatusNotFound)
-			return
-		}
-		writeJSON(w, map[string]any{"rule": r.PathValue("rule"), "key": r.PathValue("key"),
-			"balance": in.Balance, "debt": max(-in.Balance, 0), "limit": in.Limit, "burst": in.Burst})
-	})
+	if d.settings.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
+	ready := false
+	select {
+	case <-d.ready:
+		ready = true
+	default:
+	}
+	ok, failed := d.ReloadCounts()
+	body := map[string]any{"ready": ready, "rules_source": d.Rules().Source, "rules_hash": d.Rules().Hash,
+		"reloads_ok": ok, "reloads_failed": failed}
+	if e := d.lastReloadError.Load(); e != nil {
+		body["last_reload_error"] = *e
+	}
+	if !ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	writeJSON(w, body)
+}
+
+// RuleView is one rule as /v1/rules shows it.
+type RuleView struct {
+	Name        string  `json:"name"`
+	Limit       int64   `json:"limit"`
+	Period      string  `json:"period"`
+	Burst       int64   `json:"burst"`
+	Overrides   int     `json:"overrides"`
+	Shadow      bool    `json:"shadow,omitempty"`
+	SoftPercent float64 `json:"soft_percent,omitempty"`
+}
+
+// RulesView is what /v1/rules returns.
+type RulesView struct {
+	Source      string     `json:"source"`
+	Hash        string     `json:"hash"`
+	UnknownRule string     `json:"unknown_rule"`
+	Rules       []RuleView `json:"rules"`
+}
+
+// RulesView describes the rules in force.
+func (d *Daemon) RulesView() RulesView {
+	rs := d.Rules()
+	out := RulesView{Source: rs.Source, Hash: rs.Hash, UnknownRule: rs.UnknownRule.String(), Rules: []RuleView{}}
+	for _, n := range rs.Names() {
+		r := rs.ByName[n]
+		out.Rules = append(out.Rules, RuleView{Name: n, Limit: r.Limit.Count(), Period: r.Limit.Period().String(),
+			Burst: r.Limit.Burst(), Overrides: len(r.Overrides), Shadow: r.Shadow, SoftPercent: r.SoftPercent})
+	}
+	return out
+}
+
+// MemberView is one member as /v1/members shows it.
+type MemberView struct {
+	Name      string `json:"name"`
+	Addr      string `json:"addr,omitempty"`
+	State     string `json:"state"` // alive or gone (dead or left)
+	Version   string `json:"version,omitempty"`
+	RulesHash string `json:"rules_hash,omitempty"`
+	// Drift is set on an alive member whose rules differ from this node's.
+	Drift bool   `json:"drift"`
+	Self  bool   `json:"self,omitempty"`
+	Since string `json:"gone_since,omitempty"`
+}
+
+// MembersView is what /v1/members returns.
+type MembersView struct {
+	Self      string `json:"self"`
+	RulesHash string `json:"rules_hash"`
+	Clustered bool   `json:"clustered"`
+	// Drift is true when some alive member runs different rules.
+	Drift   bool         `json:"drift"`
+	Members []MemberView `json:"members"`
+}
+
+// MembersView lists the cluster's members as this node sees them and flags
+// those whose rules hash differs from this node's: they decide the same
+// keys under other limits.
+func (d *Daemon) MembersView() MembersView {
+	hash := d.Rules().Hash
+	out := MembersView{Self: d.settings.NodeName, RulesHash: hash, Clustered: d.syncer != nil}
+	if d.syncer == nil {
+		out.Members = []MemberView{{Name: d.settings.NodeName, State: "alive", Version: Version, RulesHash: hash, Self: true}}
+		return out
+	}
+	for _, m := range d.syncer.Members() {
+		v := MemberView{Name: m.Name, Addr: m.Addr, State: m.State, Version: m.Meta.Version, RulesHash: m.Meta.RulesHash,
+			Self: m.Name == d.settings.NodeName}
+		if m.State == "alive" {
+			v.Drift = m.Meta.RulesHash != hash
+			out.Drift = out.Drift || v.Drift
+		} else {
+			v.Since = m.Since.UTC().Format(time.RFC3339)
+		}
+		out.Members = append(out.Members, v)
+	}
+	return out
+}
+
+// OriginView is one node's reported consumption of a key.
+type OriginView struct {
+	Origin string `json:"origin"`
+	Epoch  uint64 `json:"epoch"`
+	Used   uint64 `json:"used"`
+}
+
+// KeyView is what /v1/keys/{rule}/{key} returns.
+type KeyView struct {
+	Rule    string  `json:"rule"`
+	Key     string  `json:"key"`
+	Balance float64 `json:"balance"`
+	Debt    float64 `json:"debt"`
+	Limit   int64   `json:"limit"`
+	Period  string  `json:"period"`
+	Burst   int64   `json:"burst"`
+	// Held is false when the daemon holds no bucket for the key (it is full).
+	Held bool `json:"held"`
+	// Origins are the cumulative counters of the key's current bucket
+	// epochs: this node's own first, then what each peer reported.
+	Origins []OriginView `json:"origins"`
+}
+
+// KeyView reads one key's bucket without charging it.
+func (d *Daemon) KeyView(rule, key string) (KeyView, bool) {
+	ar, ok := d.rules.Load().byName[rule]
+	if !ok {
+		return KeyView{}, false
+	}
+	k := []byte(key)
+	lim := ar.LimitFor(k)
+	b, held := d.store.Balance(ar.ns, k, lim, d.now())
+	v := KeyView{Rule: rule, Key: key, Balance: b, Debt: max(-b, 0), Limit: lim.Count(), Period: lim.Period().String(),
+		Burst: lim.Burst(), Held: held, Origins: []OriginView{}}
+	if c, ok := d.store.Local(ar.ns, k); ok {
+		v.Origins = append(v.Origins, OriginView{Origin: d.settings.NodeName, Epoch: c.Epoch, Used: c.Used})
+	}
+	if d.syncer != nil {
+		for _, o := range d.syncer.Origins(rule, key) {
+			v.Origins = append(v.Origins, OriginView{Origin: o.Origin, Epoch: o.Epoch, Used: o.Used})
+		}
+	}
+	return v, true
+}
+
+// maxTop caps /v1/top's n.
+const maxTop = 1000
+
+// BusyKey is one key deep into its burst, as /v1/top lists it.
+type BusyKey struct {
+	Rule    string  `json:"rule"`
+	Key     string  `json:"key"`
+	Balance float64 `json:"balance"`
+	Burst   int64   `json:"burst"`
+	// Used is the share of the burst spent: 0 full, 1 empty, above 1 in debt.
+	Used float64 `json:"used"`
+}
+
+// Busiest returns up to n keys with the largest share of their burst
+// spent, most spent first. It visits every bucket that is not full (shard by
+// shard, as push-pull does), so it is for operators, not the request path.
+func (d *Daemon) Busiest(n int) []BusyKey {
+	rs := d.rules.Load()
+	names := d.nsNames.Load()
+	top := make([]BusyKey, 0, n+1)
+	d.store.Snapshot(d.now(), func(ns bucket.Namespace, key string) (bucket.Limit, bool) {
+		if int(ns) >= len(*names) {
+			return bucket.Limit{}, false
+		}
+		ar, ok := rs.byName[(*names)[ns]]
+		if !ok {
+			return bucket.Limit{}, false
+		}
+		return ar.LimitFor([]byte(key)), true
+	}, func(c bucket.Consumption, balance float64) bool {
+		ar := rs.byName[(*names)[c.NS]]
+		burst := ar.LimitFor([]byte(c.Key)).Burst()
+		used := 1 - balance/float64(burst)
+		if len(top) == n && used <= top[n-1].Used {
+			return true
+		}
+		i, _ := slices.BinarySearchFunc(top, used, func(k BusyKey, u float64) int { return cmp.Compare(u, k.Used) })
+		top = slices.Insert(top, i, BusyKey{Rule: (*names)[c.NS], Key: strings.Clone(c.Key), Balance: balance, Burst: burst, Used: used})
+		if len(top) > n {
+			top = top[:n]
+		}
+		return true
+	})
+	return top
+}
+
+// RuleStats are one rule's decisions since the daemon started.
+type RuleStats struct {
+	Admitted        uint64 `json:"admitted"`
+	Throttled       uint64 `json:"throttled"`
+	ShadowThrottled uint64 `json:"shadow_throttled"`
+	Soft            uint64 `json:"soft"`
+}
+
+// StatsView is what /v1/stats returns: cumulative counts, so that a poller
+// takes differences for rates.
+type StatsView struct {
+	Node  string               `json:"node"`
+	Time  time.Time            `json:"time"`
+	Rules map[string]RuleStats `json:"rules"`
+}
+
+// StatsView reads the decision counters of the rules in force.
+func (d *Daemon) StatsView() StatsView {
+	out := StatsView{Node: d.settings.NodeName, Time: time.Now(), Rules: map[string]RuleStats{}}
+	for name, ar := range d.rules.Load().byName {
+		c := ar.counted
+		out.Rules[name] = RuleStats{Admitted: counterValue(c.admitted), Throttled: counterValue(c.throttled),
+			ShadowThrottled: counterValue(c.shadow), Soft: counterValue(c.soft)}
+	}
+	return out
+}
+
+func counterValue(c prometheus.Counter) uint64 {
+	var m dto.Metric
+	if c == nil || c.Write(&m) != nil {
+		return 0
+	}
+	return uint64(m.GetCounter().GetValue())
+}
+
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -109,4 +110,71 @@ func TestAdminEndpoints(t *testing.T) {
 
 func TestDecideWithMetricsAllocatesNothing(t *testing.T) {
 	TestDecideAllocatesNothing(t) // the counters are resolved per rule, not per request
+}
+
+func TestAdminOperatorViews(t *testing.T) {
+	d, clock, path := newDaemon(t, testRules)
+	h := d.AdminHandler()
+	for range 6 {
+		decide(t, d, checks("four", "hot")) // 4 admitted, 2 throttled: empty
+	}
+	decide(t, d, checks("four", "warm"))
+	decide(t, d, checks("user", "u1"))
+
+	var top struct{ Keys []BusyKey }
+	if err := json.Unmarshal(get(t, h, "/v1/top?n=2").Body.Bytes(), &top); err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Keys) != 2 || top.Keys[0].Key != "hot" || top.Keys[0].Used != 1 || top.Keys[1].Key != "warm" {
+		t.Errorf("/v1/top?n=2 = %+v, want hot (all spent) then warm", top.Keys)
+	}
+	for _, bad := range []string{"0", "x", "100000"} {
+		if w := get(t, h, "/v1/top?n="+bad); w.Code != http.StatusBadRequest {
+			t.Errorf("/v1/top?n=%s: %d", bad, w.Code)
+		}
+	}
+
+	var stats StatsView
+	json.Unmarshal(get(t, h, "/v1/stats").Body.Bytes(), &stats)
+	if got := stats.Rules["four"]; got.Admitted != 5 || got.Throttled != 2 {
+		t.Errorf("/v1/stats four = %+v, want 5 admitted, 2 throttled", got)
+	}
+
+	var members MembersView
+	json.Unmarshal(get(t, h, "/v1/members").Body.Bytes(), &members)
+	if members.Clustered || members.Drift || len(members.Members) != 1 || !members.Members[0].Self ||
+		members.Members[0].RulesHash != d.Rules().Hash {
+		t.Errorf("/v1/members of a single daemon: %+v", members)
+	}
+
+	var key KeyView
+	json.Unmarshal(get(t, h, "/v1/keys/four/hot").Body.Bytes(), &key)
+	if !key.Held || key.Debt != 0 || key.Balance != 0 || key.Burst != 4 {
+		t.Errorf("/v1/keys/four/hot: %+v", key)
+	}
+	clock.Advance(time.Second)
+	json.Unmarshal(get(t, h, "/v1/keys/four/hot").Body.Bytes(), &key)
+	if key.Balance != 4 {
+		t.Errorf("after a second the balance is %v, want 4", key.Balance)
+	}
+
+	post := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/reload", nil))
+		return w
+	}
+	writeRules(t, path, strings.Replace(testRules, "4/1s", "8/1s", 1))
+	if w := post(); w.Code != 200 || d.Rules().ByName["four"].Limit.Count() != 8 {
+		t.Errorf("POST /v1/reload: %d %s", w.Code, w.Body.String())
+	}
+	writeRules(t, path, "rules: {four: {rate: 0/1s}}")
+	if w := post(); w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "rules.yaml:1") {
+		t.Errorf("POST /v1/reload of a bad file: %d %s", w.Code, w.Body.String())
+	}
+	if d.Rules().ByName["four"].Limit.Count() != 8 {
+		t.Error("a bad reload changed the rules")
+	}
+	if w := get(t, h, "/debug/pprof/"); w.Code != http.StatusNotFound {
+		t.Errorf("pprof served without being asked for: %d", w.Code)
+	}
 }

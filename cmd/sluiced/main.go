@@ -34,7 +34,8 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
 			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
-			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/healthz, /readyz, /metrics, /v1/rules, /v1/keys/RULE/KEY); empty to turn off"},
+			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off"},
+			&cli.BoolFlag{Name: "pprof", EnvVars: []string{"SLUICE_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on the admin endpoint"},
 			&cli.BoolFlag{Name: "no-watch", EnvVars: []string{"SLUICE_NO_WATCH"}, Usage: "do not reload the rules file when it changes (SIGHUP still does)"},
 			&cli.StringFlag{Name: "node-name", Value: def.NodeName, EnvVars: []string{"SLUICE_NODE_NAME"}, Usage: "this daemon's name"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SLUICE_LOG_LEVEL"}, Usage: "trace, debug, info, warn or error"},
@@ -74,6 +75,7 @@ func run(c *cli.Context) error {
 	}
 	s.RulesPath = c.String("rules")
 	s.NoWatch = c.Bool("no-watch")
+	s.Pprof = c.Bool("pprof")
 	s.AdminAddr = c.String("admin-addr")
 	s.NodeName = c.String("node-name")
 	s.MaxKeys = c.Int("max-keys")
