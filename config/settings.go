@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicelabs/sluice/bucket"
@@ -22,6 +23,12 @@ type Settings struct {
 	SocketMode fs.FileMode
 	// RulesPath is the rules file; empty means the embedded default rules.
 	RulesPath string
+	// RulesURL, if set, is an HTTP(S) rules service polled for the rules
+	// (conditional GET: ETag / If-None-Match, Last-Modified). Exclusive with
+	// RulesPath.
+	RulesURL string
+	// RulesPollInterval is how often RulesURL is polled. Default 30s.
+	RulesPollInterval time.Duration
 	// AdminAddr is where the admin HTTP endpoint (/healthz, /readyz,
 	// /metrics, /v1/...) listens; empty: not served. sluiced's flag defaults
 	// to 127.0.0.1:9464 (loopback only).
@@ -77,13 +84,14 @@ func (c ClusterSettings) Enabled() bool { return c.Bind != "" || len(c.Join) > 0
 
 // Defaults for the daemon's limits.
 const (
-	DefaultSocketMode      fs.FileMode = 0o660
-	DefaultMaxFrameBytes               = 64 << 10
-	DefaultMaxBatch                    = 16
-	DefaultMaxConns                    = 4096
-	DefaultSweepInterval               = 10 * time.Second
-	DefaultWriteTimeout                = 5 * time.Second
-	DefaultShutdownTimeout             = 5 * time.Second
+	DefaultSocketMode        fs.FileMode = 0o660
+	DefaultMaxFrameBytes                 = 64 << 10
+	DefaultMaxBatch                      = 16
+	DefaultMaxConns                      = 4096
+	DefaultSweepInterval                 = 10 * time.Second
+	DefaultRulesPollInterval             = 30 * time.Second
+	DefaultWriteTimeout                  = 5 * time.Second
+	DefaultShutdownTimeout               = 5 * time.Second
 )
 
 // DefaultSettings returns settings that run a single daemon with the embedded rules.
@@ -95,17 +103,18 @@ func DefaultSettings() Settings {
 	// Unique even for several daemons on one host (tests, testcluster).
 	host += "-" + strconv.FormatUint(rand.Uint64()&0xffff, 16)
 	return Settings{
-		SocketPath:      ipc.DefaultSocketPath(),
-		SocketMode:      DefaultSocketMode,
-		NodeName:        host,
-		MaxKeys:         bucket.DefaultMaxKeys,
-		MaxKeyLen:       bucket.DefaultMaxKeyLen,
-		MaxFrameBytes:   DefaultMaxFrameBytes,
-		MaxBatch:        DefaultMaxBatch,
-		MaxConns:        DefaultMaxConns,
-		SweepInterval:   DefaultSweepInterval,
-		WriteTimeout:    DefaultWriteTimeout,
-		ShutdownTimeout: DefaultShutdownTimeout,
+		SocketPath:        ipc.DefaultSocketPath(),
+		SocketMode:        DefaultSocketMode,
+		RulesPollInterval: DefaultRulesPollInterval,
+		NodeName:          host,
+		MaxKeys:           bucket.DefaultMaxKeys,
+		MaxKeyLen:         bucket.DefaultMaxKeyLen,
+		MaxFrameBytes:     DefaultMaxFrameBytes,
+		MaxBatch:          DefaultMaxBatch,
+		MaxConns:          DefaultMaxConns,
+		SweepInterval:     DefaultSweepInterval,
+		WriteTimeout:      DefaultWriteTimeout,
+		ShutdownTimeout:   DefaultShutdownTimeout,
 	}
 }
 
@@ -116,6 +125,12 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: socket path is empty")
 	case s.SocketMode&^0o777 != 0:
 		return fmt.Errorf("settings: socket mode %o has bits beyond 0777", s.SocketMode)
+	case s.RulesPath != "" && s.RulesURL != "":
+		return fmt.Errorf("settings: a rules file and a rules URL are exclusive; give one")
+	case s.RulesURL != "" && !strings.HasPrefix(s.RulesURL, "http://") && !strings.HasPrefix(s.RulesURL, "https://"):
+		return fmt.Errorf("settings: rules URL %q: want http:// or https://", s.RulesURL)
+	case s.RulesURL != "" && s.RulesPollInterval <= 0:
+		return fmt.Errorf("settings: rules poll interval must be positive")
 	case s.MaxKeys < 1:
 		return fmt.Errorf("settings: max keys %d must be at least 1", s.MaxKeys)
 	case s.MaxKeyLen < 1 || s.MaxKeyLen > 64<<10:

@@ -28,6 +28,8 @@ type metrics struct {
 	decisions *prometheus.CounterVec // rule, outcome
 	reloads   *prometheus.CounterVec // result
 	reloadAt  prometheus.Gauge
+	// fetchErrors counts failures to reach the rules service.
+	fetchErrors prometheus.Counter
 }
 
 // ruleCounters are one rule's pre-resolved decision counters.
@@ -48,8 +50,11 @@ func newMetrics(d *Daemon) *metrics {
 			Name: "sluice_rules_last_reload_timestamp_seconds", Help: "When the rules in force were loaded.",
 		}),
 	}
+	m.fetchErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_rules_fetch_errors_total", Help: "Polls of the rules service (--rules-url) that got no rules document: unreachable, timeout, or a status other than 200 and 304.",
+	})
 	m.reloadAt.SetToCurrentTime()
-	m.reg.MustRegister(m.decisions, m.reloads, m.reloadAt,
+	m.reg.MustRegister(m.decisions, m.reloads, m.reloadAt, m.fetchErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_active_keys", Help: "Buckets held in memory."},
 			func() float64 { return float64(d.store.Len()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_evictions_total", Help: "Buckets evicted (idle and full, or to make room at the cap)."},
@@ -176,6 +181,16 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 		"reloads_ok": ok, "reloads_failed": failed}
 	if e := d.lastReloadError.Load(); e != nil {
 		body["last_reload_error"] = *e
+	}
+	if d.fetcher != nil {
+		body["rules_url"] = d.settings.RulesURL
+		body["rules_url_reachable"] = !d.fetchFailing.Load()
+		if at := d.lastFetchOK.Load(); at != 0 {
+			body["rules_url_last_answer"] = time.Unix(at, 0).UTC().Format(time.RFC3339)
+		}
+		if e := d.lastFetchError.Load(); e != nil {
+			body["rules_url_error"] = *e
+		}
 	}
 	if !ready {
 		w.WriteHeader(http.StatusServiceUnavailable)

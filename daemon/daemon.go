@@ -47,6 +47,11 @@ type Daemon struct {
 	metrics         *metrics
 	lastReloadError atomic.Pointer[string]
 
+	fetcher        *rulesFetcher // nil unless the rules come from a URL
+	fetchFailing   atomic.Bool
+	lastFetchError atomic.Pointer[string]
+	lastFetchOK    atomic.Int64 // unix seconds of the last answer from the rules service
+
 	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
 	namespaces map[string]bucket.Namespace
 	nsNames    atomic.Pointer[[]string] // namespace → rule name, for gossip
@@ -69,7 +74,11 @@ type activeRule struct {
 }
 
 // New builds a daemon: it validates the settings and loads the rules file (or
-// the embedded defaults when Settings.RulesPath is empty). It starts nothing.
+// the embedded defaults when Settings.RulesPath is empty). With a rules URL
+// it fetches the rules once (waiting at most rulesFetchTimeout); if the
+// service cannot be reached or serves invalid rules, the daemon starts on the
+// embedded defaults, reports why in /readyz and the log, and keeps polling.
+// It starts no goroutine.
 func New(cfg Config) (*Daemon, error) {
 	if err := cfg.Settings.Validate(); err != nil {
 		return nil, err
@@ -114,6 +123,10 @@ func New(cfg Config) (*Daemon, error) {
 	}, d)
 	d.metrics = newMetrics(d)
 	d.apply(rules)
+	if s.RulesURL != "" {
+		d.fetcher = newRulesFetcher(s.RulesURL)
+		_ = d.Reload() // logged and reported; the defaults serve meanwhile
+	}
 	if s.Cluster.Enabled() {
 		var err error
 		if d.syncer, err = d.newSyncer(cfg.Gossip); err != nil {
@@ -155,6 +168,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 			go admin.Serve(l)
 			defer admin.Close()
 		}
+	}
+	if d.fetcher != nil {
+		pollDone := make(chan struct{})
+		pollCtx, stopPoll := context.WithCancel(ctx)
+		go func() { defer close(pollDone); d.pollRules(pollCtx) }()
+		defer func() { stopPoll(); <-pollDone }()
 	}
 	if d.settings.RulesPath != "" && !d.settings.NoWatch {
 		if loop, ok := d.startWatch(); ok {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sluicelabs/sluice/bucket"
@@ -8,18 +9,32 @@ import (
 	"github.com/sluicelabs/sluice/gossip"
 )
 
-// Reload re-reads the rules file. An invalid file changes nothing: the last
-// good rules stay in force and the error (naming file, line and field) is
-// logged and returned. Buckets of rules that still exist keep their balances,
-// rescaled where the limit changed. With no rules file (embedded defaults)
-// there is nothing to re-read.
+// Reload re-reads the rules: the rules file, or the rules service (a
+// conditional GET; nothing changes when it answers 304). An invalid document
+// changes nothing: the last good rules stay in force and the error (naming
+// file or URL, line and field) is logged, counted and returned. A rules
+// service that cannot be reached changes nothing either. Buckets of rules
+// that still exist keep their balances, rescaled where the limit changed.
+// With neither file nor URL (embedded defaults) there is nothing to re-read.
 func (d *Daemon) Reload() error {
-	path := d.settings.RulesPath
-	if path == "" {
+	var rules *config.Rules
+	var err error
+	switch {
+	case d.fetcher != nil:
+		rules, err = d.reloadFromURL()
+		var fe *fetchError
+		if errors.As(err, &fe) {
+			return fmt.Errorf("reload: %w", err) // logged and counted as a fetch error
+		}
+		if err == nil && rules == nil {
+			return nil // unchanged
+		}
+	case d.settings.RulesPath == "":
 		d.log.Info("reload: running on embedded default rules; nothing to re-read")
 		return nil
+	default:
+		rules, err = config.LoadRules(d.settings.RulesPath)
 	}
-	rules, err := config.LoadRules(path)
 	if err != nil {
 		d.failures.Add(1)
 		d.metrics.reloads.WithLabelValues("error").Inc()
@@ -39,7 +54,7 @@ func (d *Daemon) Reload() error {
 			d.log.Warn("advertising the new rules hash", "error", err)
 		}
 	}
-	d.log.Info("rules reloaded", "path", path, "rule_count", len(rules.ByName), "old_hash", old.Hash, "new_hash", rules.Hash)
+	d.log.Info("rules reloaded", "source", rules.Source, "rule_count", len(rules.ByName), "old_hash", old.Hash, "new_hash", rules.Hash)
 	return nil
 }
 

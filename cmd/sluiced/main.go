@@ -34,6 +34,8 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
 			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
+			&cli.StringFlag{Name: "rules-url", EnvVars: []string{"SLUICE_RULES_URL"}, Usage: "poll the rules from this HTTP(S) rules service (conditional GET) instead of a file"},
+			&cli.DurationFlag{Name: "rules-poll-interval", Value: def.RulesPollInterval, EnvVars: []string{"SLUICE_RULES_POLL_INTERVAL"}, Usage: "how often --rules-url is polled (failures back off exponentially)"},
 			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off"},
 			&cli.BoolFlag{Name: "pprof", EnvVars: []string{"SLUICE_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on the admin endpoint"},
 			&cli.BoolFlag{Name: "no-watch", EnvVars: []string{"SLUICE_NO_WATCH"}, Usage: "do not reload the rules file when it changes (SIGHUP still does)"},
@@ -74,6 +76,8 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0660", c.String("socket-mode"))
 	}
 	s.RulesPath = c.String("rules")
+	s.RulesURL = c.String("rules-url")
+	s.RulesPollInterval = c.Duration("rules-poll-interval")
 	s.NoWatch = c.Bool("no-watch")
 	s.Pprof = c.Bool("pprof")
 	s.AdminAddr = c.String("admin-addr")

@@ -1,0 +1,191 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicelabs/sluice/config"
+)
+
+// The daemon can take its rules from a rules service: an HTTP(S) URL it
+// polls with conditional GETs. The service answers 304 while the rules are
+// unchanged, so a fleet of daemons polling it costs headers, not bodies.
+// Bad rules are refused exactly like a bad file (the last good rules stay
+// in force); a service that cannot be reached is retried with exponential
+// backoff and full jitter, and the daemon keeps deciding on what it has.
+
+const (
+	// maxRulesBody caps a rules document fetched from the service.
+	maxRulesBody = 4 << 20
+	// rulesFetchTimeout bounds one fetch, the first one at start included.
+	rulesFetchTimeout = 5 * time.Second
+	// maxRulesBackoff caps the wait between retries of a failing service
+	// (or the poll interval, if that is longer).
+	maxRulesBackoff = 5 * time.Minute
+)
+
+// errRulesUnchanged reports a fetch that found nothing new: the service
+// answered 304 Not Modified, or served the bytes it served last time.
+var errRulesUnchanged = errors.New("rules unchanged")
+
+// fetchError is a failure to get a rules document at all (as opposed to
+// getting one that is invalid).
+type fetchError struct{ err error }
+
+func (e *fetchError) Error() string { return e.err.Error() }
+func (e *fetchError) Unwrap() error { return e.err }
+
+// rulesFetcher fetches rules from a URL, remembering the validators of the
+// last response so the next request is conditional.
+type rulesFetcher struct {
+	url    string
+	client *http.Client
+
+	mu           sync.Mutex // one fetch at a time; guards the fields below
+	etag         string
+	lastModified string
+	digest       []byte // of the last body received, valid or not
+}
+
+func newRulesFetcher(url string) *rulesFetcher {
+	return &rulesFetcher{url: url, client: &http.Client{Timeout: rulesFetchTimeout}}
+}
+
+// fetch returns the rules the service serves now. It returns
+// errRulesUnchanged when there is nothing new, a *fetchError when the
+// service could not be asked or did not answer 200 or 304, and the parse
+// error (naming the URL, line and field) when the document is invalid. An
+// invalid document's validators are kept too, so it is reported once, not
+// at every poll.
+func (f *rulesFetcher) fetch(ctx context.Context) (*config.Rules, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url, nil)
+	if err != nil {
+		return nil, &fetchError{fmt.Errorf("fetch rules %s: %w", f.url, err)}
+	}
+	req.Header.Set("Accept", "application/yaml, text/yaml, text/plain;q=0.9, */*;q=0.5")
+	if f.etag != "" {
+		req.Header.Set("If-None-Match", f.etag)
+	}
+	if f.lastModified != "" {
+		req.Header.Set("If-Modified-Since", f.lastModified)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, &fetchError{fmt.Errorf("fetch rules: %w", err)}
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+		return nil, errRulesUnchanged
+	case http.StatusOK:
+	default:
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
+		return nil, &fetchError{fmt.Errorf("fetch rules %s: %s", f.url, resp.Status)}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxRulesBody+1))
+	if err != nil {
+		return nil, &fetchError{fmt.Errorf("fetch rules %s: read body: %w", f.url, err)}
+	}
+	if len(body) > maxRulesBody {
+		return nil, &fetchError{fmt.Errorf("fetch rules %s: document larger than %d bytes", f.url, maxRulesBody)}
+	}
+	f.etag, f.lastModified = resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
+	sum := sha256.Sum256(body)
+	if bytes.Equal(sum[:], f.digest) {
+		return nil, errRulesUnchanged
+	}
+	f.digest = sum[:]
+	return config.ParseRules(f.url, body)
+}
+
+// retryDelay is the wait before retry number failures (1, 2, ...) of a
+// rules service that failed: exponential from min(interval, 1s), capped at
+// max(interval, maxRulesBackoff), with full jitter over its upper half so a
+// fleet does not retry in step. jitter returns a value in [0, 1).
+func retryDelay(failures int, interval time.Duration, jitter func() float64) time.Duration {
+	base := min(interval, time.Second)
+	ceiling := max(interval, maxRulesBackoff)
+	d := base
+	for i := 1; i < failures && d < ceiling; i++ {
+		d *= 2
+	}
+	d = min(d, ceiling)
+	return d/2 + time.Duration(jitter()*float64(d/2))
+}
+
+// pollRules polls the rules service until ctx ends: every poll interval
+// (±10%) while it answers, backing off while it fails.
+func (d *Daemon) pollRules(ctx context.Context) {
+	interval := d.settings.RulesPollInterval
+	failures := 0
+	if d.fetchFailing.Load() {
+		failures = 1 // the fetch at start failed: retry soon
+	}
+	for {
+		wait := interval - interval/10 + time.Duration(rand.Float64()*float64(interval/5))
+		if failures > 0 {
+			wait = retryDelay(failures, interval, rand.Float64)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var fe *fetchError
+		if err := d.Reload(); errors.As(err, &fe) {
+			failures++
+		} else {
+			failures = 0
+		}
+	}
+}
+
+// reloadFromURL fetches the rules and reports what Reload should do: apply
+// rules, or nothing (nil, nil) when they are unchanged.
+func (d *Daemon) reloadFromURL() (*config.Rules, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), rulesFetchTimeout)
+	defer cancel()
+	rules, err := d.fetcher.fetch(ctx)
+	var fe *fetchError
+	switch {
+	case errors.Is(err, errRulesUnchanged):
+		d.noteFetch(nil)
+		return nil, nil
+	case errors.As(err, &fe):
+		d.noteFetch(err)
+		return nil, err
+	}
+	d.noteFetch(nil)
+	return rules, err
+}
+
+// noteFetch records whether the rules service answered.
+func (d *Daemon) noteFetch(err error) {
+	if err == nil {
+		d.fetchFailing.Store(false)
+		d.lastFetchError.Store(nil)
+		d.lastFetchOK.Store(time.Now().Unix())
+		return
+	}
+	was := d.fetchFailing.Swap(true)
+	d.metrics.fetchErrors.Inc()
+	msg := err.Error()
+	d.lastFetchError.Store(&msg)
+	if !was {
+		d.log.Warn("rules service unreachable; keeping the rules in force and retrying with backoff", "url", d.settings.RulesURL, "error", err)
+	} else {
+		d.log.Debug("rules service still unreachable", "error", err)
+	}
+}
