@@ -225,12 +225,13 @@ func (s *Store) Check(ns Namespace, key []byte, lim Limit, cost int64, now time.
 // Charge subtracts cost from the key's bucket unconditionally (see
 // Bucket.Charge), creating the bucket if needed. Unlike Take it accepts costs
 // above the burst, up to MaxCost: consumption reported after the fact is real.
-func (s *Store) Charge(ns Namespace, key []byte, lim Limit, cost int64, now time.Time) error {
+// It returns the balance after the charge.
+func (s *Store) Charge(ns Namespace, key []byte, lim Limit, cost int64, now time.Time) (balance float64, err error) {
 	if err := s.validateKey(key); err != nil {
-		return err
+		return 0, err
 	}
 	if cost < 1 || cost > MaxCost {
-		return fmt.Errorf("%w: %d not in [1, %d]", ErrBadCost, cost, int64(MaxCost))
+		return 0, fmt.Errorf("%w: %d not in [1, %d]", ErrBadCost, cost, int64(MaxCost))
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
@@ -239,8 +240,9 @@ func (s *Store) Charge(ns Namespace, key []byte, lim Limit, cost int64, now time
 		e = sh.insert(s, ns, key, now)
 	}
 	e.Charge(lim, cost, now)
+	balance = e.Balance(lim, now)
 	sh.mu.Unlock()
-	return nil
+	return balance, nil
 }
 
 // Record notes that cost tokens were admitted locally on the key's bucket

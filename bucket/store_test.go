@@ -38,10 +38,10 @@ func TestStoreRefusesBadInputAndChangesNothing(t *testing.T) {
 	if n := s.Len(); n != 0 {
 		t.Fatalf("store holds %d buckets after refused requests", n)
 	}
-	if err := s.Charge(1, []byte("k"), lim, MaxCost+1, t0); !errors.Is(err, ErrBadCost) {
+	if _, err := s.Charge(1, []byte("k"), lim, MaxCost+1, t0); !errors.Is(err, ErrBadCost) {
 		t.Fatalf("Charge above MaxCost err = %v", err)
 	}
-	if err := s.Charge(1, []byte("k"), lim, 6, t0); err != nil {
+	if _, err := s.Charge(1, []byte("k"), lim, 6, t0); err != nil {
 		t.Fatalf("Charge above burst (reported consumption) err = %v", err)
 	}
 }

@@ -137,6 +137,9 @@ type Client struct {
 	wg       sync.WaitGroup
 
 	decisions, denied, failedOpen, failedClosed, timeouts, reconnects atomic.Uint64
+	// reportedOpen and reportedClosed are the counts already sent to the
+	// daemon in REPORTs, so it can count what its clients decided without it.
+	reportedOpen, reportedClosed atomic.Uint64
 }
 
 // New returns a client that connects in the background; calls made before the
@@ -369,6 +372,28 @@ func (c *Client) undecided(err error, timedOut bool) Decision {
 	}
 	c.failedOpen.Add(1)
 	return Decision{Allowed: true, Denied: -1, Deciding: -1, FailedOpen: true, Err: err}
+}
+
+// appendReport appends a REPORT of the calls decided without the daemon
+// since the last one, if there were any; most calls find none and append
+// nothing. A report lost with its connection is not sent again.
+func (c *Client) appendReport(b []byte) []byte {
+	fo, ro := c.failedOpen.Load(), c.reportedOpen.Load()
+	fc, rc := c.failedClosed.Load(), c.reportedClosed.Load()
+	if fo == ro && fc == rc {
+		return b
+	}
+	var r ipc.Report
+	if fo != ro && c.reportedOpen.CompareAndSwap(ro, fo) {
+		r.FailedOpen = fo - ro
+	}
+	if fc != rc && c.reportedClosed.CompareAndSwap(rc, fc) {
+		r.FailedClosed = fc - rc
+	}
+	if r == (ipc.Report{}) {
+		return b
+	}
+	return ipc.AppendReport(b, r)
 }
 
 // connLost is called by a connection that died: callers fail fast once no

@@ -26,10 +26,13 @@ const generous = 5 * time.Second
 // scriptDecider admits everything except rule "deny"; rule "block" waits on
 // release before answering. It counts the charges it makes.
 type scriptDecider struct {
-	release chan struct{}
-	entered chan struct{}
-	charged atomic.Int64
+	release    chan struct{}
+	entered    chan struct{}
+	charged    atomic.Int64
+	failedOpen atomic.Uint64 // as reported by clients
 }
+
+func (d *scriptDecider) ClientReport(client string, r ipc.Report) { d.failedOpen.Add(r.FailedOpen) }
 
 func newScript() *scriptDecider {
 	return &scriptDecider{release: make(chan struct{}), entered: make(chan struct{}, 100)}
@@ -410,5 +413,29 @@ func TestBurstOfCallersNeverWaitsForTheDeadline(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("round %d: a burst of 64 calls did not finish within 20s (timeout 1m): a caller is stuck reading", round)
 		}
+	}
+}
+
+func TestCallsDecidedWithoutTheDaemonAreReportedToIt(t *testing.T) {
+	path := socketPath(t)
+	c := openClient(t, Options{SocketPath: path, Timeout: generous, Conns: 1, ReconnectMin: time.Millisecond, ReconnectMax: 5 * time.Millisecond})
+	for range 5 {
+		if got := c.Allow(context.Background(), "api", "k"); !got.FailedOpen {
+			t.Fatalf("no daemon, yet %+v", got)
+		}
+	}
+	d := startDaemon(t, path)
+	waitUp(t, c)
+	// The report travels ahead of the next request, so it has been taken
+	// when that request's reply is back.
+	if got := c.Allow(context.Background(), "api", "k"); got.FailedOpen {
+		t.Fatalf("daemon up, yet %+v", got)
+	}
+	if got := d.decider.failedOpen.Load(); got != 5 {
+		t.Fatalf("daemon heard of %d failed-open calls, want 5", got)
+	}
+	c.Allow(context.Background(), "api", "k")
+	if got := d.decider.failedOpen.Load(); got != 5 {
+		t.Fatalf("the same calls were reported again: %d", got)
 	}
 }

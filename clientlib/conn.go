@@ -136,6 +136,9 @@ func (cn *conn) write(cl *call, timeout time.Duration, appendFrame func(b []byte
 	cn.mu.Unlock()
 
 	cn.wmu.Lock()
+	if cn.welcome.Version >= 2 {
+		cn.wbuf = cn.client.appendReport(cn.wbuf)
+	}
 	cn.wbuf = appendFrame(cn.wbuf, id)
 	if cn.flushing {
 		cn.wmu.Unlock()

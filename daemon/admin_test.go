@@ -10,6 +10,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/sluicelabs/sluice/ipc"
 )
 
 func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
@@ -176,5 +178,41 @@ func TestAdminOperatorViews(t *testing.T) {
 	}
 	if w := get(t, h, "/debug/pprof/"); w.Code != http.StatusNotFound {
 		t.Errorf("pprof served without being asked for: %d", w.Code)
+	}
+}
+
+func TestOvershootClientReportsAndLatencyMetrics(t *testing.T) {
+	d, _, _ := newDaemon(t, testRules)
+	for range 2 {
+		decide(t, d, checks("four", "k")) // 2 of 4 left
+	}
+	peer := ledger{d}
+	peer.Charge("four", "k", 1) // covered: 1 left
+	peer.Charge("four", "k", 3) // 2 of these 3 land below zero
+	peer.Charge("four", "k", 2) // all below zero
+	peer.Charge("four", "other", 4)
+	d.ClientReport("svc", ipc.Report{FailedOpen: 9, FailedClosed: 1})
+	for range 2000 {
+		decide(t, d, checks("user", "u"))
+	}
+
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(strings.NewReader(get(t, d.AdminHandler(), "/metrics").Body.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := counter(t, families, "sluice_cluster_overshoot_tokens_total", map[string]string{"rule": "four"}); got != 4 {
+		t.Errorf("overshoot of rule four = %v, want 4", got)
+	}
+	if got := counter(t, families, "sluice_client_failed_open_total", nil); got != 9 {
+		t.Errorf("client failed open = %v, want 9", got)
+	}
+	if got := counter(t, families, "sluice_client_failed_closed_total", nil); got != 1 {
+		t.Errorf("client failed closed = %v, want 1", got)
+	}
+	h := families["sluice_decision_duration_seconds"].GetMetric()[0].GetHistogram()
+	// Sampled one in 64: 2000 decisions leave none timed with probability (63/64)^2000 < 1e-13.
+	if h.GetSampleCount() == 0 || h.GetSampleCount() > 2000/8 || h.GetSampleSum() <= 0 {
+		t.Errorf("decision latency histogram: %d samples, sum %v", h.GetSampleCount(), h.GetSampleSum())
 	}
 }

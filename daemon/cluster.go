@@ -39,7 +39,13 @@ func (l ledger) Charge(rule, key string, tokens uint64) {
 		return
 	}
 	k := []byte(key)
-	_ = l.d.store.Charge(ar.ns, k, ar.LimitFor(k), int64(min(tokens, bucket.MaxCost)), l.d.now())
+	cost := int64(min(tokens, bucket.MaxCost))
+	after, err := l.d.store.Charge(ar.ns, k, ar.LimitFor(k), cost, l.d.now())
+	if err == nil && after < 0 {
+		// The part of a peer's consumption that lands below zero was admitted
+		// somewhere in the cluster without tokens to cover it: overshoot.
+		ar.counted.overshoot.Add(min(float64(cost), -after))
+	}
 }
 
 func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {

@@ -5,7 +5,7 @@
 // The package speaks bytes and sockets; it does not decide anything. The
 // daemon plugs its decisions in through the Decider interface.
 //
-// # Protocol, version 1
+// # Protocol, version 2
 //
 // A client connects to the daemon's Unix stream socket. Each direction is a
 // sequence of frames:
@@ -27,6 +27,7 @@
 //	ERROR    [4, id, code, message]                    server → client
 //	INSPECT  [5, id, rule, key]                        client → server
 //	BALANCE  [6, id, known, balance, limit, burst]     server → client
+//	REPORT   [7, failed_open, failed_closed]           client → server (version 2)
 //
 // version is the highest protocol version the client speaks; the server
 // replies with the version it will use (the lower of the two). id is chosen by
@@ -48,6 +49,12 @@
 // rule exists, the balance in tokens (a float: at most burst, negative when in
 // debt), and the limit (requests per period) and burst that apply to the key.
 // Servers that do not offer inspection refuse it with ERROR CodeUnexpected.
+//
+// REPORT (version 2; never sent to a version 1 server) tells the daemon how
+// many calls the client decided without it, failing open or closed, since
+// its previous REPORT: the daemon cannot see those calls otherwise. It has no
+// reply. A client sends it ahead of its next request once the daemon is
+// reachable again.
 //
 // ERROR with a non-zero id refuses that request alone (for example a key longer
 // than max_key_len, a batch larger than max_batch, or a cost above the rule's

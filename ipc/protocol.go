@@ -12,7 +12,8 @@ import (
 )
 
 // ProtocolVersion is the highest protocol version this package speaks.
-const ProtocolVersion = 1
+// Version 2 adds REPORT.
+const ProtocolVersion = 2
 
 // MsgType is the first element of every message.
 type MsgType uint64
@@ -26,6 +27,7 @@ const (
 	MsgError   MsgType = 4
 	MsgInspect MsgType = 5
 	MsgBalance MsgType = 6
+	MsgReport  MsgType = 7
 )
 
 // Status is one check's outcome in a RESULT.
@@ -110,6 +112,41 @@ func (e *Error) Error() string { return fmt.Sprintf("sluiced error %d: %s", uint
 type Hello struct {
 	Version uint64
 	Client  string
+}
+
+// Report tells the server what the client decided without it: calls it
+// failed open (allowed) or closed (denied) because the daemon was down,
+// slow or unreachable, since the client's previous report. It has no reply.
+// A client sends it only to a server that agreed on version 2 or later.
+type Report struct {
+	FailedOpen   uint64
+	FailedClosed uint64
+}
+
+// AppendReport appends a REPORT frame to b.
+func AppendReport(b []byte, r Report) []byte {
+	b, start := beginFrame(b)
+	b = mp.AppendArrayHeader(b, 3)
+	b = mp.AppendUint(b, uint64(MsgReport))
+	b = mp.AppendUint(b, r.FailedOpen)
+	b = mp.AppendUint(b, r.FailedClosed)
+	return endFrame(b, start)
+}
+
+// DecodeReport decodes a REPORT body.
+func DecodeReport(body []byte) (Report, error) {
+	d, err := header(body, MsgReport, 3)
+	if err != nil {
+		return Report{}, err
+	}
+	var r Report
+	if r.FailedOpen, err = d.Uint(); err != nil {
+		return Report{}, err
+	}
+	if r.FailedClosed, err = d.Uint(); err != nil {
+		return Report{}, err
+	}
+	return r, d.End()
 }
 
 // Welcome answers Hello and states the server's limits.

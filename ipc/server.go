@@ -30,6 +30,12 @@ type Inspector interface {
 	Inspect(rule, key []byte) Inspection
 }
 
+// Reporter is optionally implemented by a Decider to receive clients'
+// REPORTs of the calls they decided without the server. It must not block.
+type Reporter interface {
+	ClientReport(client string, r Report)
+}
+
 // Logger is the logging the server needs; hclog.Logger satisfies it.
 type Logger interface {
 	Debug(msg string, args ...interface{})
@@ -234,6 +240,8 @@ type serverConn struct {
 	req      Request
 	results  []Result
 	stopping atomic.Bool
+	version  uint64 // agreed at the handshake
+	client   string // the name the client gave
 }
 
 func newServerConn(s *Server, c net.Conn) *serverConn {
@@ -301,8 +309,9 @@ func (sc *serverConn) handshake() bool {
 		return false
 	}
 	sc.conn.SetReadDeadline(time.Time{})
+	sc.version, sc.client = min(h.Version, ProtocolVersion), h.Client
 	sc.out = AppendWelcome(sc.out, Welcome{
-		Version:   min(h.Version, ProtocolVersion),
+		Version:   sc.version,
 		Server:    cfg.Name,
 		MaxFrame:  uint64(cfg.MaxFrame),
 		MaxBatch:  uint64(cfg.MaxBatch),
@@ -323,6 +332,17 @@ func (sc *serverConn) handle(body []byte) bool {
 	}
 	if typ == MsgInspect {
 		return sc.inspect(body)
+	}
+	if typ == MsgReport && sc.version >= 2 {
+		r, err := DecodeReport(body)
+		if err != nil {
+			sc.fatal(CodeMalformed, err.Error())
+			return false
+		}
+		if rep, ok := sc.s.decider.(Reporter); ok {
+			rep.ClientReport(sc.client, r)
+		}
+		return true
 	}
 	if typ != MsgCheck {
 		sc.fatal(CodeUnexpected, fmt.Sprintf("unexpected message type %d", typ))

@@ -20,8 +20,18 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// ruleDecider admits checks of any rule but "deny", and counts charges.
-type ruleDecider struct{ charged atomic.Int64 }
+// ruleDecider admits checks of any rule but "deny", and counts charges and
+// clients' reports.
+type ruleDecider struct {
+	charged      atomic.Int64
+	failedOpen   atomic.Uint64
+	failedClosed atomic.Uint64
+}
+
+func (d *ruleDecider) ClientReport(client string, r Report) {
+	d.failedOpen.Add(r.FailedOpen)
+	d.failedClosed.Add(r.FailedClosed)
+}
 
 func (d *ruleDecider) Decide(checks []Check, results []Result) (bool, error) {
 	allowed := true
@@ -166,7 +176,7 @@ func check(rule, key string) Check { return Check{Rule: []byte(rule), Key: []byt
 func TestServerAnswersPipelinedRequestsInOrder(t *testing.T) {
 	ts := startServer(t, ServerConfig{Name: "node-a"})
 	c := dialRaw(t, ts.path)
-	if w := c.hello(); w.Server != "node-a" || w.Version != 1 || w.MaxBatch != 16 {
+	if w := c.hello(); w.Server != "node-a" || w.Version != ProtocolVersion || w.MaxBatch != 16 {
 		t.Fatalf("welcome %+v", w)
 	}
 	var batch []byte
@@ -375,4 +385,35 @@ func TestListenSocketFileHandling(t *testing.T) {
 			t.Fatal("Listen in a read-only directory succeeded")
 		}
 	})
+}
+
+func TestServerTakesReportsFromVersion2ClientsOnly(t *testing.T) {
+	ts := startServer(t, ServerConfig{})
+	c := dialRaw(t, ts.path)
+	c.hello()
+	// A REPORT has no reply: the RESULT that follows is the CHECK's.
+	c.send(AppendReport(nil, Report{FailedOpen: 7, FailedClosed: 2}))
+	c.send(AppendRequest(nil, 1, []Check{check("api", "k")}))
+	c.expectReply(1, true)
+	if fo, fc := ts.decider.failedOpen.Load(), ts.decider.failedClosed.Load(); fo != 7 || fc != 2 {
+		t.Errorf("reported failed open/closed = %d/%d, want 7/2", fo, fc)
+	}
+	short := AppendReport(nil, Report{}) // [7, 0, 0] ...
+	short[4] = 0x92                      // ... declared as a 2-element array ...
+	short = short[:len(short)-1]         // ... and sent as one: a REPORT missing a field
+	short[3]--
+	c.send(short)
+	c.expectError(0, CodeMalformed)
+	c.expectClosed()
+
+	old := dialRaw(t, ts.path)
+	old.send(AppendHello(nil, Hello{Version: 1, Client: "old"}))
+	if typ, _, err := old.read(); err != nil || typ != MsgWelcome {
+		t.Fatalf("version 1 handshake: %d %v", typ, err)
+	}
+	old.send(AppendReport(nil, Report{FailedOpen: 1}))
+	old.expectError(0, CodeUnexpected)
+	if fo := ts.decider.failedOpen.Load(); fo != 7 {
+		t.Errorf("a version 1 connection's REPORT was counted: %d", fo)
+	}
 }
