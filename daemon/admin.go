@@ -104,6 +104,23 @@ func (m *metrics) registerGossip(s *gossip.Syncer) {
 	}
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_members_alive", Help: "Cluster members believed alive, this node included."},
 		func() float64 { return float64(s.NumAlive()) }))
+	for _, state := range []string{"alive", "suspect", "dead", "left"} {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_members", ConstLabels: prometheus.Labels{"state": state},
+			Help: "Members memberlist knows in each state, this node included, as of its last census (taken at every push-pull exchange; dead and left members are forgotten after a while).",
+		}, func() float64 {
+			c, _ := s.MemberStates()
+			switch state {
+			case "alive":
+				return float64(c.Alive)
+			case "suspect":
+				return float64(c.Suspect)
+			case "dead":
+				return float64(c.Dead)
+			}
+			return float64(c.Left)
+		}))
+	}
 }
 
 func (m *metrics) forRule(name string) ruleCounters {
@@ -273,6 +290,9 @@ type MembersView struct {
 	// Drift is true when some alive member runs different rules.
 	Drift   bool         `json:"drift"`
 	Members []MemberView `json:"members"`
+	// Census is memberlist's count of members by state as of its last
+	// push-pull exchange (absent before the first).
+	Census *gossip.MemberStates `json:"census,omitempty"`
 }
 
 // MembersView lists the cluster's members as this node sees them and flags
@@ -284,6 +304,9 @@ func (d *Daemon) MembersView() MembersView {
 	if d.syncer == nil {
 		out.Members = []MemberView{{Name: d.settings.NodeName, State: "alive", Version: Version, RulesHash: hash, Self: true}}
 		return out
+	}
+	if c, ok := d.syncer.MemberStates(); ok {
+		out.Census = &c
 	}
 	for _, m := range d.syncer.Members() {
 		v := MemberView{Name: m.Name, Addr: m.Addr, State: m.State, Version: m.Meta.Version, RulesHash: m.Meta.RulesHash,

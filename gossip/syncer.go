@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/sluicelabs/sluice/ipc/mp"
@@ -47,6 +48,7 @@ type Syncer struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	stats    Stats
+	census   *censusSink
 }
 
 type counterKey struct{ origin, rule, key string }
@@ -87,6 +89,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		stop:    make(chan struct{}),
 	}
 	s.meta = encodeMeta(cfg.Meta)
+	s.census = installCensus()
 
 	mlc := memberlist.DefaultLANConfig()
 	mlc.Name = cfg.NodeName
@@ -95,6 +98,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	mlc.PushPullInterval = cfg.PushPullInterval
 	mlc.EnableCompression = false // counters are small binary; compression doubled CPU
 	mlc.Label = cfg.Label
+	mlc.MetricLabels = []metrics.Label{{Name: censusLabel, Value: cfg.NodeName}}
 	mlc.SecretKey, mlc.Keyring = cfg.SecretKey, cfg.Keyring
 	mlc.Delegate = (*delegate)(s)
 	mlc.Events = (*events)(s)
@@ -169,6 +173,7 @@ func (s *Syncer) Shutdown() error {
 		close(s.stop)
 		s.wg.Wait()
 		err = s.ml.Shutdown()
+		s.census.forget(s.self)
 	})
 	return err
 }

@@ -48,7 +48,6 @@ type Options struct {
 type Cluster struct {
 	opts  Options
 	dir   string
-	rules string
 	nodes []*Node
 }
 
@@ -87,10 +86,12 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testcluster: %w", err)
 	}
-	c := &Cluster{opts: opts, dir: dir, rules: filepath.Join(dir, "rules.yaml")}
-	if err := os.WriteFile(c.rules, []byte(opts.Rules), 0o600); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("testcluster: %w", err)
+	c := &Cluster{opts: opts, dir: dir}
+	for i := range opts.N {
+		if err := os.WriteFile(c.rulesPath(i), []byte(opts.Rules), 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
 	}
 	for i := range opts.N {
 		n := &Node{Index: i, Name: "node-" + strconv.Itoa(i), c: c}
@@ -117,15 +118,31 @@ func (c *Cluster) Nodes() []*Node { return c.nodes }
 // Node returns node i.
 func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
 
-// RulesPath is the rules file the nodes load; rewrite it and call Reload.
-func (c *Cluster) RulesPath() string { return c.rules }
+// rulesPath is node i's own rules file, a copy of Options.Rules at start.
+func (c *Cluster) rulesPath(i int) string {
+	return filepath.Join(c.dir, "rules-"+strconv.Itoa(i)+".yaml")
+}
+
+// SetRules gives node i new rules and reloads them, as an operator editing
+// one host's file would; the nodes' rules then differ until they agree again.
+func (c *Cluster) SetRules(i int, rules string) error {
+	if err := os.WriteFile(c.rulesPath(i), []byte(rules), 0o600); err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	d := c.nodes[i].Daemon()
+	if d == nil {
+		return fmt.Errorf("testcluster: node %d is not running", i)
+	}
+	return d.Reload()
+}
 
 func (n *Node) start(join []string) error {
 	c := n.c
 	s := config.DefaultSettings()
 	s.NodeName = n.Name
 	s.SocketPath = filepath.Join(c.dir, n.Name+".sock")
-	s.RulesPath = c.rules
+	s.RulesPath = c.rulesPath(n.Index)
+	s.NoWatch = true // SetRules reloads; a watcher would reload a second time
 	s.ShutdownTimeout = 2 * time.Second
 	s.Cluster = config.ClusterSettings{
 		Bind:             "127.0.0.1:" + strconv.Itoa(n.bindPort),
