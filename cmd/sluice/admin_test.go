@@ -228,3 +228,107 @@ func TestMembersFlagsRulesDrift(t *testing.T) {
 		t.Errorf("--json: exit %d, %+v", code, v)
 	}
 }
+
+func TestInspect(t *testing.T) {
+	n := startNode(t, testRules, nil)
+	n.take(t, "api", "alice", 3)
+	n.take(t, "api", "a/b c%", 1) // escaped in the path
+	n.take(t, "api", "vip", 10)
+	node := n.d.MembersView().Self
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		rows     [][]string // output rows that must appear, by first field
+		contains string     // in stdout or stderr
+	}{
+		{"balance after three of four", []string{"api", "alice"}, exitOK, [][]string{
+			{"rule", "api"}, {"key", "alice"}, {"balance", "1"}, {"debt", "0"}, {"limit", "4/1h"}, {"burst", "4"}, {"held", "yes"},
+			{"origins", "ORIGIN", "EPOCH", "USED"},
+		}, "3\n"},
+		{"key needing escapes", []string{"api", "a/b c%"}, exitOK, [][]string{{"balance", "3"}}, "key      a/b c%\n"},
+		{"override", []string{"api", "vip"}, exitOK, [][]string{{"balance", "90"}, {"limit", "100/1h"}, {"burst", "100"}}, ""},
+		{"untouched key is full", []string{"api", "nobody"}, exitOK, [][]string{{"balance", "4"}},
+			"held     no (the daemon holds no bucket for it: it is full)\norigins  none counted"},
+		{"unknown rule", []string{"nope", "k"}, exitError, nil, `sluice inspect: the daemon has no rule "nope" (sluice rules lists those in force)`},
+		{"missing key", []string{"api"}, exitError, nil, "want RULE KEY, got 1 argument(s)"},
+		{"flag after arguments", []string{"api", "k", "--json"}, exitError, nil, `flags go before the arguments ("--json" came after)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := sluice(t, append([]string{"inspect", "--admin", n.admin.URL}, tt.args...)...)
+			if code != tt.code || !strings.Contains(out+errOut, tt.contains) {
+				t.Fatalf("exit %d, stdout %q stderr %q; want exit %d containing %q", code, out, errOut, tt.code, tt.contains)
+			}
+			for _, want := range tt.rows {
+				if got := row(out, want[0]); !slices.Equal(got, want) {
+					t.Errorf("row %q, want %q in\n%s", got, want, out)
+				}
+			}
+		})
+	}
+	t.Run("origin counters", func(t *testing.T) {
+		_, out, _ := sluice(t, "inspect", "--admin", n.admin.URL, "api", "alice")
+		if !strings.Contains(out, node+" ") || !strings.HasSuffix(out, " 3\n") {
+			t.Errorf("want this node's row with 3 used:\n%s", out)
+		}
+	})
+	t.Run("json", func(t *testing.T) {
+		code, out, _ := sluice(t, "inspect", "--json", "--admin", n.admin.URL, "api", "alice")
+		var v daemon.KeyView
+		mustJSONLine(t, out, &v)
+		if code != exitOK || v.Rule != "api" || v.Key != "alice" || v.Balance != 1 || v.Burst != 4 || v.Limit != 4 || !v.Held ||
+			len(v.Origins) != 1 || v.Origins[0].Origin != node || v.Origins[0].Used != 3 {
+			t.Errorf("exit %d, %+v", code, v)
+		}
+	})
+}
+
+func TestReload(t *testing.T) {
+	n := startNode(t, testRules, nil)
+	first := n.d.Rules().Hash
+	steps := []struct {
+		name     string
+		rules    string // written before the command
+		args     []string
+		code     int
+		contains string // in stdout or stderr
+		apiRate  string // what sluice rules then shows for api
+	}{
+		{"unchanged file", testRules, []string{"reload"}, exitOK, "rules reloaded from " + n.rules + ": hash " + first, "4/1h"},
+		{"new limit", strings.Replace(testRules, "4/1h", "10/1h", 1), []string{"reload"}, exitOK, "rules reloaded from " + n.rules + ": hash ", "10/1h"},
+		{"broken file keeps the rules", testRules + "    brust: 3\n", []string{"reload"}, exitRefused,
+			n.rules + ":15:12: rules.partner.brust: unknown field", "10/1h"},
+		{"broken file, json", "rules:\n  api:\n    rate: often\n", []string{"reload", "--json"}, exitRefused,
+			n.rules + ":3:11: rules.api.rate", "10/1h"},
+		{"fixed again", strings.Replace(testRules, "4/1h", "6/1h", 1), []string{"reload", "--json"}, exitOK, `"ok":true`, "6/1h"},
+	}
+	prev := first
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			n.write(t, st.rules)
+			code, out, errOut := sluice(t, append([]string{st.args[0], "--admin", n.admin.URL}, st.args[1:]...)...)
+			if code != st.code || !strings.Contains(out+errOut, st.contains) {
+				t.Fatalf("exit %d, stdout %q stderr %q; want exit %d containing %q", code, out, errOut, st.code, st.contains)
+			}
+			hash := n.d.Rules().Hash
+			switch {
+			case st.code == exitRefused && hash != prev:
+				t.Errorf("refused reload changed the rules hash %s → %s", prev, hash)
+			case st.code == exitOK && !strings.Contains(out, hash):
+				t.Errorf("output does not name the new hash %s", hash)
+			}
+			if st.code == exitRefused && !strings.Contains(out, `"ok":false`) && !strings.Contains(errOut, "the daemon refused the new rules and keeps those in force (hash "+prev+")") {
+				t.Errorf("refusal does not say the rules in force stay: %s%s", out, errOut)
+			}
+			prev = hash
+			_, rulesOut, _ := sluice(t, "rules", "--admin", n.admin.URL)
+			if got := row(rulesOut, "api"); len(got) < 2 || got[1] != st.apiRate {
+				t.Errorf("api row %q after reload, want rate %s", got, st.apiRate)
+			}
+		})
+	}
+	if prev == first {
+		t.Error("no reload changed the rules hash")
+	}
+}

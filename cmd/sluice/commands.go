@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -26,6 +30,19 @@ func commands() []*cli.Command {
 			Name:  "rules",
 			Usage: "list the rules in force: rate, burst, overrides, mode",
 		}, rules),
+		adminCommand(&cli.Command{
+			Name:      "inspect",
+			Usage:     "show one key's bucket without charging it: balance, debt, limit, per-origin counts",
+			ArgsUsage: "RULE KEY",
+			Description: "Exit 0, or 2 on error, including a rule the daemon does not have.\n" +
+				"A key the daemon holds no bucket for is full (held: no).",
+		}, inspect),
+		adminCommand(&cli.Command{
+			Name:  "reload",
+			Usage: "make the daemon re-read its rules file now: exit 0 reloaded, 1 refused, 2 error",
+			Description: "Prints the new rules hash. When the new file is invalid the daemon keeps the rules in\n" +
+				"force; sluice prints the daemon's error (file:line:column: field: problem) and exits 1.",
+		}, reload),
 	}
 }
 
@@ -162,4 +179,92 @@ func mode(r daemon.RuleView) string {
 		return "enforce"
 	}
 	return strings.Join(m, ", ")
+}
+
+func inspect(c *cli.Context, a *adminClient) (int, error) {
+	if err := wantArgs(c, "RULE", "KEY"); err != nil {
+		return exitError, err
+	}
+	rule, key := c.Args().Get(0), c.Args().Get(1)
+	var v daemon.KeyView
+	raw, err := a.get(c.Context, keyPath(rule, key), &v)
+	if err != nil {
+		return exitError, noSuchRule(rule, err)
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		return exitOK, printJSON(w, raw)
+	}
+	held := "yes"
+	if !v.Held {
+		held = "no (the daemon holds no bucket for it: it is full)"
+	}
+	tw := table(w)
+	fmt.Fprintf(tw, "rule\t%s\nkey\t%s\n", v.Rule, v.Key)
+	fmt.Fprintf(tw, "balance\t%s\ndebt\t%s\n", num(v.Balance), num(v.Debt))
+	fmt.Fprintf(tw, "limit\t%s\nburst\t%d\nheld\t%s\n", rate(v.Limit, v.Period), v.Burst, held)
+	if len(v.Origins) == 0 {
+		fmt.Fprintln(tw, "origins\tnone counted (no admissions in the current bucket, or not clustered)")
+		return exitOK, tw.Flush()
+	}
+	fmt.Fprintln(tw, "origins\tORIGIN\tEPOCH\tUSED")
+	for _, o := range v.Origins {
+		fmt.Fprintf(tw, "\t%s\t%d\t%d\n", o.Origin, o.Epoch, o.Used)
+	}
+	return exitOK, tw.Flush()
+}
+
+// keyPath is the admin path of one key; both parts may hold any bytes.
+func keyPath(rule, key string) string {
+	return "/v1/keys/" + url.PathEscape(rule) + "/" + url.PathEscape(key)
+}
+
+// noSuchRule words the daemon's 404 for a rule it does not have; other
+// errors pass through.
+func noSuchRule(rule string, err error) error {
+	var se *statusError
+	if errors.As(err, &se) && se.Code == http.StatusNotFound && se.JSON {
+		return fmt.Errorf("the daemon has no rule %q (sluice rules lists those in force)", rule)
+	}
+	return err
+}
+
+// reloadAnswer is what POST /v1/reload returns, refused or not.
+type reloadAnswer struct {
+	OK     bool   `json:"ok"`
+	Hash   string `json:"rules_hash"`
+	Source string `json:"rules_source"`
+	Error  string `json:"error"`
+}
+
+func reload(c *cli.Context, a *adminClient) (int, error) {
+	if err := wantArgs(c); err != nil {
+		return exitError, err
+	}
+	var v reloadAnswer
+	raw, err := a.post(c.Context, "/v1/reload", &v)
+	var se *statusError
+	refused := errors.As(err, &se) && se.Code == http.StatusUnprocessableEntity && se.JSON
+	if refused {
+		if jerr := json.Unmarshal(se.Body, &v); jerr != nil {
+			return exitError, err
+		}
+	} else if err != nil {
+		return exitError, err
+	}
+	if c.Bool("json") {
+		if refused {
+			return exitRefused, printJSON(c.App.Writer, se.Body)
+		}
+		return exitOK, printJSON(c.App.Writer, raw)
+	}
+	if refused {
+		fmt.Fprintf(c.App.ErrWriter, "sluice reload: the daemon refused the new rules and keeps those in force (hash %s):\n", v.Hash)
+		for line := range strings.Lines(v.Error) {
+			fmt.Fprintf(c.App.ErrWriter, "  %s", strings.TrimRight(line, "\n")+"\n")
+		}
+		return exitRefused, nil
+	}
+	fmt.Fprintf(c.App.Writer, "rules reloaded from %s: hash %s\n", orDash(v.Source), v.Hash)
+	return exitOK, nil
 }
