@@ -332,3 +332,93 @@ func TestReload(t *testing.T) {
 		t.Error("no reload changed the rules hash")
 	}
 }
+
+func TestWatch(t *testing.T) {
+	n := startNode(t, testRules, nil)
+	n.take(t, "api", "alice", 3)
+	admin := []string{"--admin", n.admin.URL}
+	t.Run("three polls", func(t *testing.T) {
+		code, out, errOut := sluice(t, append(append([]string{"watch"}, admin...), "--count", "3", "--interval", "10ms", "api", "alice")...)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if code != exitOK || len(lines) != 3 || errOut != "" {
+			t.Fatalf("exit %d, %d lines: %q, stderr %q", code, len(lines), out, errOut)
+		}
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if _, err := time.Parse(watchTime, f[0]); err != nil || !slices.Equal(f[1:], []string{"balance", "1", "debt", "0", "[#####...............]", "of", "4"}) {
+				t.Errorf("line %q", l)
+			}
+		}
+	})
+	t.Run("json lines", func(t *testing.T) {
+		code, out, _ := sluice(t, append(append([]string{"watch"}, admin...), "--json", "--count", "2", "--interval", "10ms", "api", "alice")...)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if code != exitOK || len(lines) != 2 {
+			t.Fatalf("exit %d, %q", code, out)
+		}
+		for _, l := range lines {
+			var v watchLine
+			if err := json.Unmarshal([]byte(l), &v); err != nil || v.Time.IsZero() || v.Rule != "api" || v.Key != "alice" || v.Balance != 1 || v.Burst != 4 {
+				t.Errorf("line %q: %+v, %v", l, v, err)
+			}
+		}
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		// Forever, until the context ends: here after the second line, as
+		// Ctrl-C would through main's signal.NotifyContext.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		out := &onLine{after: 2, do: cancel}
+		var errOut bytes.Buffer
+		code := runContext(ctx, append(append([]string{"sluice", "watch"}, admin...), "--interval", "1ms", "api", "alice"), out, &errOut)
+		if code != exitOK || out.lines != 2 || errOut.Len() != 0 {
+			t.Fatalf("exit %d after %d lines, stderr %q", code, out.lines, errOut.String())
+		}
+	})
+	for _, tt := range []struct {
+		name, contains string
+		args           []string
+	}{
+		{"unknown rule", `sluice watch: the daemon has no rule "nope"`, []string{"--count", "3", "nope", "k"}},
+		{"zero interval", "sluice watch: --interval 0s must be positive", []string{"--interval", "0", "api", "k"}},
+		{"negative count", "sluice watch: --count -1 must be 0 (forever) or more", []string{"--count", "-1", "api", "k"}},
+		{"missing key", "sluice watch: want RULE KEY", []string{"api"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := sluice(t, append(append([]string{"watch"}, admin...), tt.args...)...)
+			if code != exitError || out != "" || !strings.Contains(errOut, tt.contains) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, tt.contains)
+			}
+		})
+	}
+	t.Run("rule removed while watching", func(t *testing.T) { // last: it changes the rules
+		// After the first line the rule disappears: later polls report the
+		// error and go on, and the last failed poll makes the exit 2.
+		out := &onLine{after: 1, do: func() {
+			n.write(t, "rules:\n  other:\n    rate: 1/1s\n")
+			if err := n.d.Reload(); err != nil {
+				t.Error(err)
+			}
+		}}
+		var errOut bytes.Buffer
+		code := run(append(append([]string{"sluice", "watch"}, admin...), "--count", "3", "--interval", "1ms", "api", "alice"), out, &errOut)
+		if code != exitError || out.lines != 1 || strings.Count(errOut.String(), `sluice watch: `) != 2 || !strings.Contains(errOut.String(), `the daemon has no rule "api"`) {
+			t.Fatalf("exit %d after %d lines, stderr %q", code, out.lines, errOut.String())
+		}
+	})
+}
+
+// onLine counts the lines written to it and calls do once the count reaches after.
+type onLine struct {
+	after, lines int
+	do           func()
+}
+
+func (o *onLine) Write(p []byte) (int, error) {
+	for range bytes.Count(p, []byte("\n")) {
+		if o.lines++; o.lines == o.after {
+			o.do()
+		}
+	}
+	return len(p), nil
+}

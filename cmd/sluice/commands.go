@@ -43,6 +43,7 @@ func commands() []*cli.Command {
 			Description: "Prints the new rules hash. When the new file is invalid the daemon keeps the rules in\n" +
 				"force; sluice prints the daemon's error (file:line:column: field: problem) and exits 1.",
 		}, reload),
+		watchCommand(),
 	}
 }
 
