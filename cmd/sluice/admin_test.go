@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -421,4 +423,111 @@ func (o *onLine) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+func TestAdminErrors(t *testing.T) {
+	// A port nothing listens on: connections are refused at once.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	// A server that never answers, and one that is not sluiced.
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	t.Cleanup(hang.Close)
+	other := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(other.Close)
+	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("<html>hello</html>")) }))
+	t.Cleanup(html.Close)
+
+	commands := [][]string{{"members"}, {"rules"}, {"inspect", "api", "k"}, {"reload"}, {"watch", "--count", "2", "api", "k"}}
+	tests := []struct {
+		name     string
+		admin    string
+		contains string
+	}{
+		{"refused", closed, "cannot reach the daemon's admin endpoint http://" + closed + " (is sluiced running with --admin-addr there?): dial tcp " + closed + ": connect: connection refused"},
+		{"no answer", hang.URL, "cannot reach the daemon's admin endpoint " + hang.URL + ": no answer within 50ms (--timeout)"},
+		{"not found", other.URL, " answered 404: 404 page not found"},
+		{"not JSON", html.URL, " did not answer as a sluiced admin endpoint does (invalid character '<' looking for beginning of value); is --admin right?"},
+		{"bad scheme", "ftp://127.0.0.1:1", `--admin "ftp://127.0.0.1:1": want http://HOST:PORT or HOST:PORT`},
+		{"empty", " ", "--admin is empty"},
+	}
+	for _, tt := range tests {
+		for _, cmd := range commands {
+			t.Run(tt.name+"/"+cmd[0], func(t *testing.T) {
+				start := time.Now()
+				code, out, errOut := sluice(t, append([]string{cmd[0], "--admin", tt.admin, "--timeout", "50ms"}, cmd[1:]...)...)
+				if code != exitError || out != "" || !strings.HasPrefix(errOut, "sluice "+cmd[0]+": ") || !strings.Contains(errOut, tt.contains) {
+					t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, tt.contains)
+				}
+				if took := time.Since(start); took > 5*time.Second {
+					t.Errorf("took %s", took)
+				}
+			})
+		}
+	}
+}
+
+func TestAdminAddressWithoutSchemeFromEnv(t *testing.T) {
+	n := startNode(t, testRules, nil)
+	t.Setenv("SLUICE_ADMIN", n.admin.Listener.Addr().String())
+	if code, out, errOut := sluice(t, "members"); code != exitOK || !strings.Contains(out, "no rules drift") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestNewAdminClient(t *testing.T) {
+	tests := []struct {
+		addr, base, err string
+	}{
+		{"127.0.0.1:9464", "http://127.0.0.1:9464", ""},
+		{"http://127.0.0.1:9464/", "http://127.0.0.1:9464", ""},
+		{"https://admin.example/sluice/", "https://admin.example/sluice", ""},
+		{"[::1]:9464", "http://[::1]:9464", ""},
+		{"localhost", "http://localhost", ""},
+		{"", "", "--admin is empty"},
+		{"unix:///run/x", "", "want http://HOST:PORT or HOST:PORT"},
+		{"http://", "", "want http://HOST:PORT or HOST:PORT"},
+		{"http://a b:1", "", "invalid character"},
+	}
+	for _, tt := range tests {
+		a, err := newAdminClient(tt.addr, time.Second)
+		switch {
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%q: error %v, want %q", tt.addr, err, tt.err)
+		case tt.err == "" && (err != nil || a.base != tt.base):
+			t.Errorf("%q: %+v, %v; want base %q", tt.addr, a, err, tt.base)
+		}
+	}
+	if _, err := newAdminClient("127.0.0.1:1", 0); err == nil {
+		t.Error("zero timeout accepted")
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for in, want := range map[string]string{"1h0m0s": "1h", "24h0m0s": "1d", "48h0m0s": "2d", "36h0m0s": "36h", "1m0s": "1m",
+		"1m30s": "90s", "1s": "1s", "500ms": "500ms", "1.5ms": "1.5ms", "weird": "weird"} {
+		if got := shortPeriod(in); got != want {
+			t.Errorf("shortPeriod(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[float64]string{1: "1", 0.999999: "1", 2.5: "2.5", -8: "-8", -0.001: "0", 1.234: "1.23"} {
+		if got := num(in); got != want {
+			t.Errorf("num(%v) = %q, want %q", in, got, want)
+		}
+	}
+	for _, tt := range []struct {
+		balance float64
+		burst   int64
+		want    string
+	}{
+		{4, 4, "[####################]"}, {1, 4, "[#####...............]"}, {0, 4, "[....................]"},
+		{-8, 4, "[....................]"}, {0.1, 100, "[....................]"}, {1, 0, "[....................]"},
+	} {
+		if got := bar(tt.balance, tt.burst); got != tt.want {
+			t.Errorf("bar(%v, %d) = %q, want %q", tt.balance, tt.burst, got, tt.want)
+		}
+	}
 }
