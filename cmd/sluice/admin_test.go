@@ -447,7 +447,7 @@ func TestAdminErrors(t *testing.T) {
 		admin    string
 		contains string
 	}{
-		{"refused", closed, "cannot reach the daemon's admin endpoint http://" + closed + " (is sluiced running with --admin-addr there?): dial tcp " + closed + ": connect: connection refused"},
+		{"refused", closed, "cannot reach the daemon's admin endpoint http://" + closed + " (is sluiced running with --admin-addr there?): dial tcp " + closed},
 		{"no answer", hang.URL, "cannot reach the daemon's admin endpoint " + hang.URL + ": no answer within 50ms (--timeout)"},
 		{"not found", other.URL, " answered 404: 404 page not found"},
 		{"not JSON", html.URL, " did not answer as a sluiced admin endpoint does (invalid character '<' looking for beginning of value); is --admin right?"},
