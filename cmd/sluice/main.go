@@ -1,140 +1,93 @@
 // Command sluice is the operator's CLI for a local sluiced daemon.
 //
-//	sluice check [--cost N] [--json] [--socket PATH] RULE KEY
+//	sluice check   [--cost N] [--json] [--socket PATH] RULE KEY
+//	sluice members [--json] [--admin URL]
+//	sluice rules   [--json] [--admin URL]
+//	sluice inspect [--json] [--admin URL] RULE KEY
+//	sluice reload  [--json] [--admin URL]
+//	sluice watch   [--json] [--admin URL] [--interval D] [--count N] RULE KEY
 //
-// exits 0 when admitted, 1 when throttled and 2 on error (daemon unreachable,
-// request refused, bad usage).
+// check asks for a decision over the daemon's Unix socket; the others talk to
+// its admin HTTP endpoint (--admin, default http://127.0.0.1:9464 or
+// $SLUICE_ADMIN; "host:port" without a scheme is accepted). Flags go before
+// the arguments. Exit codes are shared by every command:
+//
+//	0  done (check: admitted)
+//	1  refused (check: throttled; reload: the daemon kept its old rules)
+//	2  error: daemon unreachable, request refused, unknown rule, bad usage
+//	3  members: some alive member runs different rules (drift)
+//
+// With --json a command prints the daemon's answer as JSON on stdout (watch:
+// one object per line); errors still go to stderr.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"time"
+	"os/signal"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/sluicelabs/sluice/clientlib"
-	"github.com/sluicelabs/sluice/ipc"
 )
 
-// Exit codes of sluice check.
+// Exit codes, shared by every command.
 const (
-	exitAdmitted  = 0
-	exitThrottled = 1
-	exitError     = 2
+	exitOK      = 0
+	exitRefused = 1
+	exitError   = 2
+	exitDrift   = 3
 )
 
-func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+func main() {
+	// Signals are handled here only: Ctrl-C cancels the context, which ends
+	// a watch (exit 0) or abandons a request in flight.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runContext(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
+// run is the CLI without signal handling, for tests.
 func run(args []string, stdout, stderr io.Writer) int {
-	code := exitAdmitted
+	return runContext(context.Background(), args, stdout, stderr)
+}
+
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := &cli.App{
-		Name:      "sluice",
-		Usage:     "talk to the local sluiced daemon",
-		Writer:    stdout,
-		ErrWriter: stderr,
-		Commands: []*cli.Command{{
-			Name:      "check",
-			Usage:     "ask for a decision: exit 0 admitted, 1 throttled, 2 error",
-			ArgsUsage: "RULE KEY",
-			Flags: append(daemonFlags(),
-				&cli.Int64Flag{Name: "cost", Value: 1, Usage: "tokens the request costs"},
-				&cli.BoolFlag{Name: "json", Usage: "print the decision as JSON"},
-			),
-			Action: func(c *cli.Context) error {
-				code = check(c)
-				return nil
-			},
-		}},
+		Name:           "sluice",
+		Usage:          "talk to the local sluiced daemon",
+		Description:    "Exit codes: 0 done, 1 refused (check: throttled; reload: new rules refused), 2 error, 3 rules drift (members).",
+		Writer:         stdout,
+		ErrWriter:      stderr,
+		Commands:       commands(),
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
-	if err := app.Run(args); err != nil {
+	err := app.RunContext(ctx, args)
+	var code exitCode
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
+	default:
 		fmt.Fprintln(stderr, "sluice:", err)
 		return exitError
 	}
-	return code
 }
 
-// daemonFlags say how to reach the daemon; every command that talks to it takes them.
-func daemonFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "socket", Value: ipc.DefaultSocketPath(), EnvVars: []string{"SLUICE_SOCKET"}, Usage: "the daemon's Unix socket"},
-		&cli.DurationFlag{Name: "timeout", Value: 2 * time.Second, Usage: "how long to wait for the daemon"},
-	}
-}
+// exitCode ends a command with that exit status; the command has already
+// said why.
+type exitCode int
 
-// checkOutput is what --json prints.
-type checkOutput struct {
-	Allowed      bool    `json:"allowed"`
-	Status       string  `json:"status"`
-	Limit        int64   `json:"limit"`
-	Remaining    int64   `json:"remaining"`
-	RetryAfterMs float64 `json:"retry_after_ms"`
-	ResetAfterMs float64 `json:"reset_after_ms"`
-	Error        string  `json:"error,omitempty"`
-}
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
-func check(c *cli.Context) int {
-	if c.NArg() != 2 {
-		fmt.Fprintln(c.App.ErrWriter, "sluice check: want RULE KEY")
-		return exitError
+// status turns a command's exit code into what an Action returns.
+func status(code int) error {
+	if code == exitOK {
+		return nil
 	}
-	rule, key := c.Args().Get(0), c.Args().Get(1)
-	timeout := c.Duration("timeout")
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	// Fail closed: an operator asking by hand wants to hear that the daemon is
-	// unreachable, not a made-up yes.
-	cl, err := clientlib.Dial(ctx, clientlib.Options{SocketPath: c.String("socket"), Timeout: timeout, FailClosed: true, Conns: 1, Name: "sluice-cli"})
-	if err != nil {
-		return report(c, checkOutput{Status: "error", Error: err.Error()}, exitError)
-	}
-	defer cl.Close()
-	d := cl.AllowN(ctx, rule, key, c.Int64("cost"))
-	out := checkOutput{
-		Allowed: d.Allowed, Status: d.Status.String(), Limit: d.Limit, Remaining: d.Remaining,
-		RetryAfterMs: float64(d.RetryAfter) / float64(time.Millisecond),
-		ResetAfterMs: float64(d.ResetAfter) / float64(time.Millisecond),
-	}
-	switch {
-	case d.Err != nil:
-		out.Status, out.Error = "error", d.Err.Error()
-		var e *ipc.Error
-		if errors.As(d.Err, &e) {
-			out.Error = e.Message
-		}
-		return report(c, out, exitError)
-	case d.Allowed:
-		return report(c, out, exitAdmitted)
-	default:
-		return report(c, out, exitThrottled)
-	}
-}
-
-func report(c *cli.Context, out checkOutput, code int) int {
-	w := c.App.Writer
-	if code == exitError {
-		w = c.App.ErrWriter
-	}
-	if c.Bool("json") {
-		json.NewEncoder(c.App.Writer).Encode(out)
-		return code
-	}
-	switch code {
-	case exitAdmitted:
-		fmt.Fprintf(w, "admitted (%s): limit %d, remaining %d, full in %s\n", out.Status, out.Limit, out.Remaining, ms(out.ResetAfterMs))
-	case exitThrottled:
-		fmt.Fprintf(w, "throttled (%s): limit %d, retry after %s\n", out.Status, out.Limit, ms(out.RetryAfterMs))
-	default:
-		fmt.Fprintf(w, "error: %s\n", out.Error)
-	}
-	return code
-}
-
-func ms(v float64) time.Duration {
-	return time.Duration(v * float64(time.Millisecond)).Round(time.Millisecond)
+	return exitCode(code)
 }
