@@ -222,6 +222,23 @@ func (s *Store) Check(ns Namespace, key []byte, lim Limit, cost int64, now time.
 	return r, nil
 }
 
+// CheckOverdraft reports what TakeOverdraft would decide, without charging
+// or creating a bucket.
+func (s *Store) CheckOverdraft(ns Namespace, key []byte, lim Limit, cost, overdraft int64, now time.Time) (r Result, soft bool, err error) {
+	if err := s.validate(key, lim, cost); err != nil {
+		return Result{}, false, err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	var b Bucket // a bucket is a value: deciding on a copy charges nothing
+	if e := sh.buckets[storeKey{ns, string(key)}]; e != nil {
+		b = e.Bucket
+	}
+	sh.mu.Unlock()
+	r, soft = b.TakeOverdraft(lim, cost, overdraft, now)
+	return r, soft, nil
+}
+
 // Charge subtracts cost from the key's bucket unconditionally (see
 // Bucket.Charge), creating the bucket if needed. Unlike Take it accepts costs
 // above the burst, up to MaxCost: consumption reported after the fact is real.

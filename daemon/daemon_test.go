@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -351,5 +352,31 @@ func TestShadowAndSoftRules(t *testing.T) {
 	}
 	if admitted != 12 || soft != 2 {
 		t.Fatalf("soft rule admitted %d (%d soft), want 12 with 2 soft (20%% of a burst of 10)", admitted, soft)
+	}
+
+	// In a multi-check the soft margin applies per check, and a soft check
+	// is charged only if the whole request is admitted.
+	admitted, soft = 0, 0
+	for range 13 {
+		ok, r := decide(t, d, checks("softy", "m", "softy", "other-"+fmt.Sprint(admitted)))
+		if ok {
+			admitted++
+		}
+		if r[0].Status == ipc.StatusSoft {
+			soft++
+		}
+	}
+	if admitted != 12 || soft != 2 {
+		t.Fatalf("multi-check: soft rule admitted %d (%d soft), want 12 with 2 soft", admitted, soft)
+	}
+	if bal, _ := d.Balance("softy", "m"); bal != -2 {
+		t.Fatalf("multi-check soft balance %v, want -2 (the refused 13th charged nothing)", bal)
+	}
+	ok, _ := decide(t, d, checks("softy", "fresh", "shadowed", "k2", "softy", "m"))
+	if ok {
+		t.Fatal("a request with one check beyond the soft margin was admitted")
+	}
+	if bal, _ := d.Balance("softy", "fresh"); bal != 10 {
+		t.Fatalf("a refused multi-check charged its other checks: balance %v", bal)
 	}
 }

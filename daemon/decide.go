@@ -61,8 +61,7 @@ func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 		case c.MaxDelay > 0:
 			r, err = d.store.Reserve(ar.ns, c.Key, lim, cost, c.MaxDelay, now)
 		case ar.SoftPercent > 0:
-			overdraft := int64(math.Ceil(ar.SoftPercent / 100 * float64(lim.Burst())))
-			r, soft, err = d.store.TakeOverdraft(ar.ns, c.Key, lim, cost, overdraft, now)
+			r, soft, err = d.store.TakeOverdraft(ar.ns, c.Key, lim, cost, softMargin(ar, lim), now)
 		default:
 			r, err = d.store.Take(ar.ns, c.Key, lim, cost, now)
 		}
@@ -89,11 +88,22 @@ func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			continue
 		}
 		lim := ar.LimitFor(c.Key)
-		r, err := d.store.Check(ar.ns, c.Key, lim, int64(min(c.Cost, bucket.MaxCost+1)), now)
+		cost := int64(min(c.Cost, bucket.MaxCost+1))
+		var r bucket.Result
+		var soft bool
+		var err error
+		if ar.SoftPercent > 0 && c.MaxDelay == 0 {
+			r, soft, err = d.store.CheckOverdraft(ar.ns, c.Key, lim, cost, softMargin(ar, lim), now)
+		} else {
+			r, err = d.store.Check(ar.ns, c.Key, lim, cost, now)
+		}
 		if err != nil {
 			return false, requestError(err)
 		}
 		results[i] = toResult(r, lim)
+		if soft {
+			results[i].Status = ipc.StatusSoft // within the soft margin: charged below if all admit
+		}
 		if !r.Allowed && c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay {
 			results[i].Status = ipc.StatusDelayed // its turn comes in time: charged below, caller waits
 			continue
@@ -125,6 +135,11 @@ func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 		}
 	}
 	return true, nil
+}
+
+// softMargin is how far below zero a soft rule admits, in tokens.
+func softMargin(ar activeRule, lim bucket.Limit) int64 {
+	return int64(math.Ceil(ar.SoftPercent / 100 * float64(lim.Burst())))
 }
 
 func unknownRule(rs *ruleSet, r *ipc.Result) bool {
