@@ -151,6 +151,8 @@ func (c ruleCounters) count(status ipc.Status) {
 
 // AdminHandler serves the daemon's operator endpoints:
 //
+//	GET  /                     the status page (members, rules, busiest keys, live decision rates)
+//	GET  /static/{file}        the status page's script and stylesheet
 //	GET  /healthz              liveness
 //	GET  /readyz               readiness, with the rules in force and reload results
 //	GET  /metrics              Prometheus
@@ -163,6 +165,8 @@ func (c ruleCounters) count(status ipc.Status) {
 //	/debug/pprof/              Go profiles, only with Settings.Pprof
 func (d *Daemon) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", statusPage())
+	mux.Handle("GET /static/{file}", statusAssets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", d.serveReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
