@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 	"github.com/sluicelabs/sluice/gossip"
 	"github.com/sluicelabs/sluice/ipc"
 )
@@ -242,78 +243,33 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, body)
 }
 
-// RuleView is one rule as /v1/rules shows it.
-type RuleView struct {
-	Name        string  `json:"name"`
-	Limit       int64   `json:"limit"`
-	Period      string  `json:"period"`
-	Burst       int64   `json:"burst"`
-	Overrides   int     `json:"overrides"`
-	Shadow      bool    `json:"shadow,omitempty"`
-	SoftPercent float64 `json:"soft_percent,omitempty"`
-}
-
-// RulesView is what /v1/rules returns.
-type RulesView struct {
-	Source      string     `json:"source"`
-	Hash        string     `json:"hash"`
-	UnknownRule string     `json:"unknown_rule"`
-	Rules       []RuleView `json:"rules"`
-}
-
-// RulesView describes the rules in force.
-func (d *Daemon) RulesView() RulesView {
+// adminapi.RulesView describes the rules in force.
+func (d *Daemon) RulesView() adminapi.RulesView {
 	rs := d.Rules()
-	out := RulesView{Source: rs.Source, Hash: rs.Hash, UnknownRule: rs.UnknownRule.String(), Rules: []RuleView{}}
+	out := adminapi.RulesView{Source: rs.Source, Hash: rs.Hash, UnknownRule: rs.UnknownRule.String(), Rules: []adminapi.RuleView{}}
 	for _, n := range rs.Names() {
 		r := rs.ByName[n]
-		out.Rules = append(out.Rules, RuleView{Name: n, Limit: r.Limit.Count(), Period: r.Limit.Period().String(),
+		out.Rules = append(out.Rules, adminapi.RuleView{Name: n, Limit: r.Limit.Count(), Period: r.Limit.Period().String(),
 			Burst: r.Limit.Burst(), Overrides: len(r.Overrides), Shadow: r.Shadow, SoftPercent: r.SoftPercent})
 	}
 	return out
 }
 
-// MemberView is one member as /v1/members shows it.
-type MemberView struct {
-	Name      string `json:"name"`
-	Addr      string `json:"addr,omitempty"`
-	State     string `json:"state"` // alive or gone (dead or left)
-	Version   string `json:"version,omitempty"`
-	RulesHash string `json:"rules_hash,omitempty"`
-	// Drift is set on an alive member whose rules differ from this node's.
-	Drift bool   `json:"drift"`
-	Self  bool   `json:"self,omitempty"`
-	Since string `json:"gone_since,omitempty"`
-}
-
-// MembersView is what /v1/members returns.
-type MembersView struct {
-	Self      string `json:"self"`
-	RulesHash string `json:"rules_hash"`
-	Clustered bool   `json:"clustered"`
-	// Drift is true when some alive member runs different rules.
-	Drift   bool         `json:"drift"`
-	Members []MemberView `json:"members"`
-	// Census is memberlist's count of members by state as of its last
-	// push-pull exchange (absent before the first).
-	Census *gossip.MemberStates `json:"census,omitempty"`
-}
-
-// MembersView lists the cluster's members as this node sees them and flags
+// adminapi.MembersView lists the cluster's members as this node sees them and flags
 // those whose rules hash differs from this node's: they decide the same
 // keys under other limits.
-func (d *Daemon) MembersView() MembersView {
+func (d *Daemon) MembersView() adminapi.MembersView {
 	hash := d.Rules().Hash
-	out := MembersView{Self: d.settings.NodeName, RulesHash: hash, Clustered: d.syncer != nil}
+	out := adminapi.MembersView{Self: d.settings.NodeName, RulesHash: hash, Clustered: d.syncer != nil}
 	if d.syncer == nil {
-		out.Members = []MemberView{{Name: d.settings.NodeName, State: "alive", Version: Version, RulesHash: hash, Self: true}}
+		out.Members = []adminapi.MemberView{{Name: d.settings.NodeName, State: "alive", Version: Version, RulesHash: hash, Self: true}}
 		return out
 	}
 	if c, ok := d.syncer.MemberStates(); ok {
-		out.Census = &c
+		out.Census = &adminapi.MemberStates{Alive: c.Alive, Suspect: c.Suspect, Dead: c.Dead, Left: c.Left, At: c.At}
 	}
 	for _, m := range d.syncer.Members() {
-		v := MemberView{Name: m.Name, Addr: m.Addr, State: m.State, Version: m.Meta.Version, RulesHash: m.Meta.RulesHash,
+		v := adminapi.MemberView{Name: m.Name, Addr: m.Addr, State: m.State, Version: m.Meta.Version, RulesHash: m.Meta.RulesHash,
 			Self: m.Name == d.settings.NodeName}
 		if m.State == "alive" {
 			v.Drift = m.Meta.RulesHash != hash
@@ -326,46 +282,23 @@ func (d *Daemon) MembersView() MembersView {
 	return out
 }
 
-// OriginView is one node's reported consumption of a key.
-type OriginView struct {
-	Origin string `json:"origin"`
-	Epoch  uint64 `json:"epoch"`
-	Used   uint64 `json:"used"`
-}
-
-// KeyView is what /v1/keys/{rule}/{key} returns.
-type KeyView struct {
-	Rule    string  `json:"rule"`
-	Key     string  `json:"key"`
-	Balance float64 `json:"balance"`
-	Debt    float64 `json:"debt"`
-	Limit   int64   `json:"limit"`
-	Period  string  `json:"period"`
-	Burst   int64   `json:"burst"`
-	// Held is false when the daemon holds no bucket for the key (it is full).
-	Held bool `json:"held"`
-	// Origins are the cumulative counters of the key's current bucket
-	// epochs: this node's own first, then what each peer reported.
-	Origins []OriginView `json:"origins"`
-}
-
-// KeyView reads one key's bucket without charging it.
-func (d *Daemon) KeyView(rule, key string) (KeyView, bool) {
+// adminapi.KeyView reads one key's bucket without charging it.
+func (d *Daemon) KeyView(rule, key string) (adminapi.KeyView, bool) {
 	ar, ok := d.rules.Load().byName[rule]
 	if !ok {
-		return KeyView{}, false
+		return adminapi.KeyView{}, false
 	}
 	k := []byte(key)
 	lim := ar.LimitFor(k)
 	b, held := d.store.Balance(ar.ns, k, lim, d.now())
-	v := KeyView{Rule: rule, Key: key, Balance: b, Debt: max(-b, 0), Limit: lim.Count(), Period: lim.Period().String(),
-		Burst: lim.Burst(), Held: held, Origins: []OriginView{}}
+	v := adminapi.KeyView{Rule: rule, Key: key, Balance: b, Debt: max(-b, 0), Limit: lim.Count(), Period: lim.Period().String(),
+		Burst: lim.Burst(), Held: held, Origins: []adminapi.OriginView{}}
 	if c, ok := d.store.Local(ar.ns, k); ok {
-		v.Origins = append(v.Origins, OriginView{Origin: d.settings.NodeName, Epoch: c.Epoch, Used: c.Used})
+		v.Origins = append(v.Origins, adminapi.OriginView{Origin: d.settings.NodeName, Epoch: c.Epoch, Used: c.Used})
 	}
 	if d.syncer != nil {
 		for _, o := range d.syncer.Origins(rule, key) {
-			v.Origins = append(v.Origins, OriginView{Origin: o.Origin, Epoch: o.Epoch, Used: o.Used})
+			v.Origins = append(v.Origins, adminapi.OriginView{Origin: o.Origin, Epoch: o.Epoch, Used: o.Used})
 		}
 	}
 	return v, true
@@ -374,23 +307,13 @@ func (d *Daemon) KeyView(rule, key string) (KeyView, bool) {
 // maxTop caps /v1/top's n.
 const maxTop = 1000
 
-// BusyKey is one key deep into its burst, as /v1/top lists it.
-type BusyKey struct {
-	Rule    string  `json:"rule"`
-	Key     string  `json:"key"`
-	Balance float64 `json:"balance"`
-	Burst   int64   `json:"burst"`
-	// Used is the share of the burst spent: 0 full, 1 empty, above 1 in debt.
-	Used float64 `json:"used"`
-}
-
 // Busiest returns up to n keys with the largest share of their burst
 // spent, most spent first. It visits every bucket that is not full (shard by
 // shard, as push-pull does), so it is for operators, not the request path.
-func (d *Daemon) Busiest(n int) []BusyKey {
+func (d *Daemon) Busiest(n int) []adminapi.BusyKey {
 	rs := d.rules.Load()
 	names := d.nsNames.Load()
-	top := make([]BusyKey, 0, n+1)
+	top := make([]adminapi.BusyKey, 0, n+1)
 	d.store.Snapshot(d.now(), func(ns bucket.Namespace, key string) (bucket.Limit, bool) {
 		if int(ns) >= len(*names) {
 			return bucket.Limit{}, false
@@ -407,8 +330,8 @@ func (d *Daemon) Busiest(n int) []BusyKey {
 		if len(top) == n && used <= top[n-1].Used {
 			return true
 		}
-		i, _ := slices.BinarySearchFunc(top, used, func(k BusyKey, u float64) int { return cmp.Compare(u, k.Used) })
-		top = slices.Insert(top, i, BusyKey{Rule: (*names)[c.NS], Key: strings.Clone(c.Key), Balance: balance, Burst: burst, Used: used})
+		i, _ := slices.BinarySearchFunc(top, used, func(k adminapi.BusyKey, u float64) int { return cmp.Compare(u, k.Used) })
+		top = slices.Insert(top, i, adminapi.BusyKey{Rule: (*names)[c.NS], Key: strings.Clone(c.Key), Balance: balance, Burst: burst, Used: used})
 		if len(top) > n {
 			top = top[:n]
 		}
@@ -417,28 +340,12 @@ func (d *Daemon) Busiest(n int) []BusyKey {
 	return top
 }
 
-// RuleStats are one rule's decisions since the daemon started.
-type RuleStats struct {
-	Admitted        uint64 `json:"admitted"`
-	Throttled       uint64 `json:"throttled"`
-	ShadowThrottled uint64 `json:"shadow_throttled"`
-	Soft            uint64 `json:"soft"`
-}
-
-// StatsView is what /v1/stats returns: cumulative counts, so that a poller
-// takes differences for rates.
-type StatsView struct {
-	Node  string               `json:"node"`
-	Time  time.Time            `json:"time"`
-	Rules map[string]RuleStats `json:"rules"`
-}
-
-// StatsView reads the decision counters of the rules in force.
-func (d *Daemon) StatsView() StatsView {
-	out := StatsView{Node: d.settings.NodeName, Time: time.Now(), Rules: map[string]RuleStats{}}
+// adminapi.StatsView reads the decision counters of the rules in force.
+func (d *Daemon) StatsView() adminapi.StatsView {
+	out := adminapi.StatsView{Node: d.settings.NodeName, Time: time.Now(), Rules: map[string]adminapi.RuleStats{}}
 	for name, ar := range d.rules.Load().byName {
 		c := ar.counted
-		out.Rules[name] = RuleStats{Admitted: counterValue(c.admitted), Throttled: counterValue(c.throttled),
+		out.Rules[name] = adminapi.RuleStats{Admitted: counterValue(c.admitted), Throttled: counterValue(c.throttled),
 			ShadowThrottled: counterValue(c.shadow), Soft: counterValue(c.soft)}
 	}
 	return out

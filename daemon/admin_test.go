@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -123,7 +124,7 @@ func TestAdminOperatorViews(t *testing.T) {
 	decide(t, d, checks("four", "warm"))
 	decide(t, d, checks("user", "u1"))
 
-	var top struct{ Keys []BusyKey }
+	var top struct{ Keys []adminapi.BusyKey }
 	if err := json.Unmarshal(get(t, h, "/v1/top?n=2").Body.Bytes(), &top); err != nil {
 		t.Fatal(err)
 	}
@@ -136,20 +137,20 @@ func TestAdminOperatorViews(t *testing.T) {
 		}
 	}
 
-	var stats StatsView
+	var stats adminapi.StatsView
 	json.Unmarshal(get(t, h, "/v1/stats").Body.Bytes(), &stats)
 	if got := stats.Rules["four"]; got.Admitted != 5 || got.Throttled != 2 {
 		t.Errorf("/v1/stats four = %+v, want 5 admitted, 2 throttled", got)
 	}
 
-	var members MembersView
+	var members adminapi.MembersView
 	json.Unmarshal(get(t, h, "/v1/members").Body.Bytes(), &members)
 	if members.Clustered || members.Drift || len(members.Members) != 1 || !members.Members[0].Self ||
 		members.Members[0].RulesHash != d.Rules().Hash {
 		t.Errorf("/v1/members of a single daemon: %+v", members)
 	}
 
-	var key KeyView
+	var key adminapi.KeyView
 	json.Unmarshal(get(t, h, "/v1/keys/four/hot").Body.Bytes(), &key)
 	if !key.Held || key.Debt != 0 || key.Balance != 0 || key.Burst != 4 {
 		t.Errorf("/v1/keys/four/hot: %+v", key)

@@ -3,8 +3,8 @@ package daemon
 import (
 	"context"
 	"errors"
-	"math"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
 
 // pollFor checks cond every few milliseconds until it holds, failing the
@@ -24,14 +24,14 @@ func TestRulesDriftIsFlaggedAcrossTheCluster(t *testing.T) {
 	if err := c.WaitMembers(3, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	views := func() []daemon.MembersView {
-		out := make([]daemon.MembersView, 3)
+	views := func() []adminapi.MembersView {
+		out := make([]adminapi.MembersView, 3)
 		for i := range 3 {
 			out[i] = c.Node(i).Daemon().MembersView()
 		}
 		return out
 	}
-	drifting := func(v daemon.MembersView) []string {
+	drifting := func(v adminapi.MembersView) []string {
 		var names []string
 		for _, m := range v.Members {
 			if m.Drift {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
 
 // testRules has a rule with an override, a shadow rule and a soft rule.
@@ -141,7 +142,7 @@ func TestMembersAndRules(t *testing.T) {
 			}
 		}},
 		{"members json", []string{"members", "--json"}, exitOK, func(t *testing.T, out string) {
-			var v daemon.MembersView
+			var v adminapi.MembersView
 			mustJSONLine(t, out, &v)
 			if v.Drift || !v.Clustered || v.RulesHash != hash || len(v.Members) != 1 || !v.Members[0].Self || v.Members[0].Addr != self {
 				t.Errorf("%+v", v)
@@ -163,7 +164,7 @@ func TestMembersAndRules(t *testing.T) {
 			}
 		}},
 		{"rules json", []string{"rules", "--json"}, exitOK, func(t *testing.T, out string) {
-			var v daemon.RulesView
+			var v adminapi.RulesView
 			mustJSONLine(t, out, &v)
 			if v.Hash != hash || v.UnknownRule != "deny" || len(v.Rules) != 3 || v.Rules[0].Name != "api" || v.Rules[0].Period != "1h0m0s" {
 				t.Errorf("%+v", v)
@@ -224,7 +225,7 @@ func TestMembersFlagsRulesDrift(t *testing.T) {
 		t.Errorf("no drift verdict in\n%s", out)
 	}
 	code, out, _ = sluice(t, "members", "--json", "--admin", a.admin.URL)
-	var v daemon.MembersView
+	var v adminapi.MembersView
 	mustJSONLine(t, out, &v)
 	if code != exitDrift || !v.Drift || len(v.Members) != 2 {
 		t.Errorf("--json: exit %d, %+v", code, v)
@@ -277,7 +278,7 @@ func TestInspect(t *testing.T) {
 	})
 	t.Run("json", func(t *testing.T) {
 		code, out, _ := sluice(t, "inspect", "--json", "--admin", n.admin.URL, "api", "alice")
-		var v daemon.KeyView
+		var v adminapi.KeyView
 		mustJSONLine(t, out, &v)
 		if code != exitOK || v.Rule != "api" || v.Key != "alice" || v.Balance != 1 || v.Burst != 4 || v.Limit != 4 || !v.Held ||
 			len(v.Origins) != 1 || v.Origins[0].Origin != node || v.Origins[0].Used != 3 {

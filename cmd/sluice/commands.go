@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
 
 // commands are sluice's subcommands.
@@ -98,7 +98,7 @@ func members(c *cli.Context, a *adminClient) (int, error) {
 	if err := wantArgs(c); err != nil {
 		return exitError, err
 	}
-	var v daemon.MembersView
+	var v adminapi.MembersView
 	raw, err := a.get(c.Context, "/v1/members", &v)
 	if err != nil {
 		return exitError, err
@@ -148,7 +148,7 @@ func rules(c *cli.Context, a *adminClient) (int, error) {
 	if err := wantArgs(c); err != nil {
 		return exitError, err
 	}
-	var v daemon.RulesView
+	var v adminapi.RulesView
 	raw, err := a.get(c.Context, "/v1/rules", &v)
 	if err != nil {
 		return exitError, err
@@ -168,7 +168,7 @@ func rules(c *cli.Context, a *adminClient) (int, error) {
 
 // mode says how a rule enforces: enforce, shadow (never denies), soft N%
 // (admits that share of the burst beyond the limit).
-func mode(r daemon.RuleView) string {
+func mode(r adminapi.RuleView) string {
 	var m []string
 	if r.Shadow {
 		m = append(m, "shadow")
@@ -187,7 +187,7 @@ func inspect(c *cli.Context, a *adminClient) (int, error) {
 		return exitError, err
 	}
 	rule, key := c.Args().Get(0), c.Args().Get(1)
-	var v daemon.KeyView
+	var v adminapi.KeyView
 	raw, err := a.get(c.Context, keyPath(rule, key), &v)
 	if err != nil {
 		return exitError, noSuchRule(rule, err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
 
 func watchCommand() *cli.Command {
@@ -29,7 +29,7 @@ func watchCommand() *cli.Command {
 // watchLine is one --json line of watch.
 type watchLine struct {
 	Time time.Time `json:"time"`
-	daemon.KeyView
+	adminapi.KeyView
 }
 
 func watch(c *cli.Context, a *adminClient) (int, error) {
@@ -57,7 +57,7 @@ func watch(c *cli.Context, a *adminClient) (int, error) {
 			case <-tick.C:
 			}
 		}
-		var v daemon.KeyView
+		var v adminapi.KeyView
 		_, err := a.get(ctx, path, &v)
 		at := time.Now()
 		if ctx.Err() != nil {
