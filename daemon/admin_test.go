@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/sluicelabs/sluice/daemon/adminapi"
+	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -215,5 +217,17 @@ func TestOvershootClientReportsAndLatencyMetrics(t *testing.T) {
 	// Sampled one in 64: 2000 decisions leave none timed with probability (63/64)^2000 < 1e-13.
 	if h.GetSampleCount() == 0 || h.GetSampleCount() > 2000/8 || h.GetSampleSum() <= 0 {
 		t.Errorf("decision latency histogram: %d samples, sum %v", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+func TestPprofOnlyWhenAskedFor(t *testing.T) {
+	s := config.DefaultSettings()
+	s.SocketPath, s.Pprof = filepath.Join(t.TempDir(), "d.sock"), true
+	d, err := New(Config{Settings: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := get(t, d.AdminHandler(), "/debug/pprof/goroutine?debug=1"); w.Code != 200 || !strings.Contains(w.Body.String(), "goroutine profile") {
+		t.Errorf("pprof with --pprof: %d %.80s", w.Code, w.Body.String())
 	}
 }
