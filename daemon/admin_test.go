@@ -3,8 +3,8 @@ package daemon
 import (
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/sluicelabs/sluice/daemon/adminapi"
 	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
