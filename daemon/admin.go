@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
@@ -77,6 +78,7 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "Calls clients configured to fail closed denied without a decision, as they report on reconnecting.",
 	})
 	m.reloadAt.SetToCurrentTime()
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.decisions, m.reloads, m.reloadAt, m.fetchErrors, m.overshoot, m.latency, m.clientFailedOpen, m.clientFailedClosed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_active_keys", Help: "Buckets held in memory."},
 			func() float64 { return float64(d.store.Len()) }),
