@@ -83,8 +83,11 @@ func next(x uint64) uint64 {
 	return x
 }
 
+// BenchmarkStore is a keyed lookup and decision: one hot key (every caller
+// on one bucket, and in parallel on one shard lock), and keys drawn at random
+// from 100k and 1M.
 func BenchmarkStore(b *testing.B) {
-	for _, n := range []int{100_000, 1_000_000} {
+	for _, n := range []int{1, 100_000, 1_000_000} {
 		keys := makeKeys(n)
 		lim := MustLimit(1000, time.Second, 1000)
 		store := NewStore(StoreConfig{MaxKeys: 2 * n})

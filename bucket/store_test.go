@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,4 +234,43 @@ func TestStoreMemoryPerIdleKey(t *testing.T) {
 		t.Fatalf("%.0f bytes per key, want ≤ 200", perKey)
 	}
 	runtime.KeepAlive(s)
+}
+
+// Entries whose hashes collide share a chain; a seeded 64-bit hash makes
+// that too rare to meet in a test, so the chain is built by hand here.
+func TestShardChainsCollidingEntries(t *testing.T) {
+	sh := &shard{buckets: map[uint64]*entry{}}
+	a := &entry{key: "a", ns: 1}
+	b := &entry{key: "b", ns: 1, next: a}
+	c := &entry{key: "a", ns: 2, next: b}
+	sh.buckets[7], sh.n = c, 3
+	sh.buckets[9] = &entry{key: "z", ns: 1}
+	sh.n++
+	for _, tc := range []struct {
+		ns   Namespace
+		key  string
+		want *entry
+	}{{1, "a", a}, {1, "b", b}, {2, "a", c}, {2, "b", nil}, {1, "z", nil}} {
+		if got := sh.get(7, tc.ns, []byte(tc.key)); got != tc.want {
+			t.Errorf("get(7, %d, %q) = %v, want %v", tc.ns, tc.key, got, tc.want)
+		}
+	}
+	sh.remove(7, b) // from the middle
+	if sh.get(7, 1, []byte("b")) != nil || sh.get(7, 1, []byte("a")) != a || sh.n != 3 {
+		t.Fatalf("after removing the middle entry: chain %v, n %d", sh.buckets[7], sh.n)
+	}
+	sh.remove(7, c) // the head
+	if sh.buckets[7] != a || sh.get(7, 2, []byte("a")) != nil {
+		t.Fatalf("after removing the head: %v", sh.buckets[7])
+	}
+	var seen []string
+	sh.each(func(h uint64, e *entry) bool {
+		seen = append(seen, e.key)
+		sh.remove(h, e)
+		return true
+	})
+	slices.Sort(seen)
+	if fmt.Sprint(seen) != "[a z]" || len(sh.buckets) != 0 || sh.n != 0 {
+		t.Fatalf("each removing everything saw %v, left %d entries (n=%d)", seen, len(sh.buckets), sh.n)
+	}
 }
