@@ -1,26 +1,50 @@
 #!/usr/bin/env bash
-# Runs Sluice's benchmarks next to their anchors, in one run, on loopback:
-#   1. in-process decisions: bucket vs golang.org/x/time/rate (and a mutex map of them);
-#   2. decisions through the daemon's socket: clientlib -> sluiced vs
-#      go-redis/redis_rate -> redis-server, with 1, 16, 64 and 256 callers;
-#   3. memory per idle key, and the daemon's RSS under a flood of unique keys.
-# Installs redis-server with apt if missing, starts it on 127.0.0.1, and stops
-# it by pid on exit. Output goes to stdout and to docs/benchmarks/latest.txt.
+# One command for every benchmark, each next to its anchor in the same run,
+# and the report: regenerates docs/BENCHMARKS.md and its charts.
 #
-# Usage: scripts/bench.sh [-short]   (-short: fewer iterations, for a smoke run)
+#   1. in-process decisions: bucket vs golang.org/x/time/rate (serial,
+#      parallel; 1, 100k and 1M keys; scaling with cores);
+#   2. decisions through the daemon: clientlib -> sluiced vs
+#      go-redis/redis_rate -> redis-server, 1/16/64/256 callers;
+#   3. memory: per idle key in process, the daemon's RSS and heap per key at
+#      10k-5M keys, a flood of unique keys against the cap;
+#   4. the cluster: convergence, accuracy and gossip cost by node count and
+#      gossip interval (scripts/cluster-bench.sh);
+#   5. the daemon's CPU per 10k decisions/s.
+#
+# It installs what it needs (redis-server with apt, benchstat with go
+# install), runs everything on loopback, stops what it started, and keeps the
+# raw output in docs/benchmarks/raw/. A full run takes about 30 minutes on 2
+# cores; -short (fewer iterations, ~8 minutes) is for checking the pipeline.
+#
+# Usage: scripts/bench.sh [-short] [-skip-cluster]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-out="$root/docs/benchmarks/latest.txt"
-mkdir -p "$(dirname "$out")"
+raw="$root/docs/benchmarks/raw"
+mkdir -p "$raw"
 
-count=3; rtx=50000x; flood=1x
-if [ "${1:-}" = "-short" ]; then count=1; rtx=5000x; fi
+short=""; skip_cluster=""
+for a in "$@"; do
+  case "$a" in
+    -short) short=-short ;;
+    -skip-cluster) skip_cluster=1 ;;
+    *) echo "usage: scripts/bench.sh [-short] [-skip-cluster]" >&2; exit 2 ;;
+  esac
+done
+count=5; rtx=50000x
+if [ -n "$short" ]; then count=1; rtx=5000x; fi
 
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 if ! command -v redis-server >/dev/null; then
-  echo "installing redis-server with apt-get" >&2
-  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-  $sudo apt-get install -y redis-server >/dev/null 2>&1 || { $sudo apt-get update >/dev/null && $sudo apt-get install -y redis-server >/dev/null; }
+  echo "--- installing redis-server with apt-get" >&2
+  as_root apt-get install -y -qq redis-server >/dev/null 2>&1 ||
+    { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+fi
+benchstat="$(go env GOPATH)/bin/benchstat"
+if [ ! -x "$benchstat" ]; then
+  echo "--- installing benchstat with go install" >&2
+  go install golang.org/x/perf/cmd/benchstat@latest
 fi
 
 port=${REDIS_PORT:-6391}
@@ -44,14 +68,32 @@ if [ -z "$ready" ]; then
 fi
 
 {
-  echo "# Sluice benchmarks, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version)"
-  echo "# redis: $(redis-server --version | awk '{print $3}')"
-  echo
-  echo "## 1. In-process decisions (bucket vs x/time/rate), ns/op and allocs/op"
-  go test -run '^$' -bench 'BenchmarkDecision|BenchmarkStore|BenchmarkIdleKeyMemory' -benchmem -count "$count" ./bucket
-  echo
-  echo "## 2 and 3. Through the socket (clientlib -> sluiced vs redis_rate -> redis-server); unique-key flood"
-  (cd scripts/ipcbench && REDIS_ADDR="127.0.0.1:$port" go test -run '^$' -bench 'BenchmarkRoundTrip' -benchtime "$rtx" -count "$count" . \
-    && go test -run '^$' -bench 'BenchmarkUniqueKeyFlood' -benchtime "$flood" -timeout 30m .)
-} | tee "$out"
+  echo "date:    $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -sr)"
+  echo "go:      $(go version | cut -d' ' -f3-)"
+  echo "redis:   $(redis-server --version | awk '{print $3}' | sed 's/^v=//')"
+  echo "commit:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "run:     scripts/bench.sh $*"
+} > "$raw/env.txt"
+cat "$raw/env.txt"
+
+echo "--- 1. in process: bucket vs x/time/rate"
+go test -run '^$' -bench 'BenchmarkDecision|BenchmarkStore|BenchmarkIdleKeyMemory' -benchmem -count "$count" ./bucket | tee "$raw/bucket.txt"
+go test -run '^$' -bench 'BenchmarkStore/keys=100000/.*/mode=parallel' -benchmem -count "$count" -cpu "1,$(nproc)" ./bucket | tee "$raw/scaling.txt"
+"$benchstat" -col /impl "$raw/bucket.txt" > "$raw/benchstat.txt" || echo "benchstat failed; the report goes without it" >&2
+
+echo "--- 2, 3 and 5. through the daemon's socket; the daemon's memory and CPU"
+(
+  cd scripts/ipcbench
+  REDIS_ADDR="127.0.0.1:$port" go test -run '^$' -bench 'BenchmarkRoundTrip' -benchtime "$rtx" -count "$count" .
+  go test -run '^$' -bench 'BenchmarkDaemonMemory|BenchmarkUniqueKeyFlood|BenchmarkDaemonCPU' -benchtime 1x -timeout 30m .
+) | tee "$raw/ipc.txt"
+
+if [ -z "$skip_cluster" ]; then
+  echo "--- 4. the cluster"
+  CLUSTER_OUT="$raw/cluster.txt" scripts/cluster-bench.sh $short
+fi
+
+echo "--- report"
+go run ./scripts/benchreport -raw "$raw" -out docs/BENCHMARKS.md -charts docs/benchmarks
+echo "wrote docs/BENCHMARKS.md"
