@@ -53,5 +53,5 @@ fi
   echo
   echo "## 2 and 3. Through the socket (clientlib -> sluiced vs redis_rate -> redis-server); unique-key flood"
   (cd scripts/ipcbench && REDIS_ADDR="127.0.0.1:$port" go test -run '^$' -bench 'BenchmarkRoundTrip' -benchtime "$rtx" -count "$count" . \
-    && go test -run '^$' -bench 'BenchmarkUniqueKeyFlood' -benchtime "$flood" -timeout 30m .)
+    && go test -run '^$' -bench 'BenchmarkDaemonMemory|BenchmarkUniqueKeyFlood|BenchmarkDaemonCPU' -benchtime "$flood" -timeout 30m .)
 } | tee "$out"
