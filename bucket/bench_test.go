@@ -135,6 +135,43 @@ func BenchmarkStore(b *testing.B) {
 	}
 }
 
+// BenchmarkStoreAtCap decides never-seen keys on a store at its cap whose
+// buckets are all in debt, as in a flood of unique keys: every new key
+// evicts one from a sampled few. path=take is a request of one check;
+// path=check-charge is what a request of several checks does for each
+// (Check, then Charge once all admit).
+func BenchmarkStoreAtCap(b *testing.B) {
+	const maxKeys = DefaultMaxKeys
+	lim := MustLimit(1, time.Hour, 1)
+	for _, path := range []string{"take", "check-charge"} {
+		b.Run("path="+path, func(b *testing.B) {
+			s := NewStore(StoreConfig{MaxKeys: maxKeys})
+			key := []byte("flood-0000000000")
+			i := int64(0)
+			newKey := func() []byte {
+				i++
+				return strconv.AppendInt(key[:6], 1_000_000_000+i, 10)
+			}
+			for range maxKeys + maxKeys/2 { // past the cap: every shard is full
+				s.Take(1, newKey(), lim, 1, t0)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				k := newKey()
+				if path == "take" {
+					s.Take(1, k, lim, 1, t0)
+				} else {
+					s.Check(1, k, lim, 1, t0)
+					s.Charge(1, k, lim, 1, t0)
+				}
+			}
+			if s.Len() > s.Capacity() {
+				b.Fatalf("held %d keys, cap %d", s.Len(), s.Capacity())
+			}
+		})
+	}
+}
+
 // BenchmarkIdleKeyMemory reports the heap held per idle key with 1M keys,
 // alone and with the consumption tracking a clustered daemon keeps.
 func BenchmarkIdleKeyMemory(b *testing.B) {

@@ -531,22 +531,35 @@ func (sh *shard) insert(s *Store, h uint64, ns Namespace, key []byte, now time.T
 // makeRoom evicts from a sample of the shard's buckets every one that is full,
 // or if none is, the one nearest to full. It returns how many it evicted.
 func (sh *shard) makeRoom(now time.Time) int {
-	n := now.UnixNano()
-	var victim *entry
-	var victimHash uint64
-	evicted, seen := 0, 0
+	// The sample is gathered first and its buckets read after: the reads do
+	// not depend on each other, so the CPU overlaps their cache misses
+	// instead of waiting on each in turn. In a flood of unique keys at the
+	// cap, makeRoom was a third of the daemon's CPU, mostly spent waiting on
+	// those reads (BenchmarkStoreAtCap: this ordering took 10% off a new key).
+	var hashes [evictSample]uint64
+	var entries [evictSample]*entry
+	seen := 0
 	sh.each(func(h uint64, e *entry) bool { // map iteration starts at a random entry
-		if e.full <= n {
-			sh.remove(h, e)
-			evicted++
-		} else if victim == nil || e.full < victim.full {
-			victim, victimHash = e, h
-		}
+		hashes[seen], entries[seen] = h, e
 		seen++
 		return seen < evictSample
 	})
-	if evicted == 0 && victim != nil {
-		sh.remove(victimHash, victim)
+	var full [evictSample]int64
+	for i, e := range entries[:seen] {
+		full[i] = e.full
+	}
+	n := now.UnixNano()
+	evicted, victim := 0, -1
+	for i := range seen {
+		if full[i] <= n {
+			sh.remove(hashes[i], entries[i])
+			evicted++
+		} else if victim < 0 || full[i] < full[victim] {
+			victim = i
+		}
+	}
+	if evicted == 0 && victim >= 0 {
+		sh.remove(hashes[victim], entries[victim])
 		evicted = 1
 	}
 	return evicted

@@ -1,16 +1,13 @@
 package ipcbench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -179,66 +176,5 @@ func BenchmarkRoundTrip(b *testing.B) {
 				return err
 			})
 		})
-	}
-}
-
-// rssKB reads a process's resident set size.
-func rssKB(tb testing.TB, pid int) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.Fields(v)[0])
-			return n
-		}
-	}
-	tb.Fatal("no VmRSS")
-	return 0
-}
-
-// BenchmarkUniqueKeyFlood sends waves of never-repeated keys at a daemon
-// capped at maxKeys and reports its RSS after each wave: memory must level
-// off at the cap however many keys arrive.
-func BenchmarkUniqueKeyFlood(b *testing.B) {
-	const maxKeys = 1 << 20
-	const wave = 1_500_000
-	for range b.N {
-		d := startSluiced(b, "--max-keys", strconv.Itoa(maxKeys))
-		c := dialSluice(b, d.sock)
-		idle := rssKB(b, d.cmd.Process.Pid)
-		var next atomic.Int64
-		var rss []int
-		start := time.Now()
-		for w := range 4 {
-			var wg sync.WaitGroup
-			for range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					buf := make([]byte, 0, 32)
-					for {
-						n := next.Add(1)
-						if n > int64((w+1)*wave) {
-							return
-						}
-						buf = strconv.AppendInt(append(buf[:0], "flood-"...), n, 10)
-						c.Allow(context.Background(), "bench", string(buf))
-					}
-				}()
-			}
-			wg.Wait()
-			runtime.GC()
-			rss = append(rss, rssKB(b, d.cmd.Process.Pid))
-		}
-		elapsed := time.Since(start)
-		b.ReportMetric(float64(idle)/1024, "idle-MB")
-		for i, r := range rss {
-			b.ReportMetric(float64(r)/1024, fmt.Sprintf("rss-after-%.1fM-MB", float64((i+1)*wave)/1e6))
-		}
-		b.ReportMetric(float64(4*wave)/elapsed.Seconds(), "keys/s")
 	}
 }
