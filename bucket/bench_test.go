@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,21 +144,21 @@ func BenchmarkStore(b *testing.B) {
 func BenchmarkStoreAtCap(b *testing.B) {
 	const maxKeys = DefaultMaxKeys
 	lim := MustLimit(1, time.Hour, 1)
+	fill := func(s *Store) {
+		for i := range maxKeys + maxKeys/2 { // past the cap: every shard is full
+			s.Take(1, strconv.AppendInt([]byte("fill-"), int64(i), 10), lim, 1, t0)
+		}
+	}
 	for _, path := range []string{"take", "check-charge"} {
-		b.Run("path="+path, func(b *testing.B) {
+		b.Run("path="+path+"/mode=serial", func(b *testing.B) {
 			s := NewStore(StoreConfig{MaxKeys: maxKeys})
+			fill(s)
 			key := []byte("flood-0000000000")
 			i := int64(0)
-			newKey := func() []byte {
-				i++
-				return strconv.AppendInt(key[:6], 1_000_000_000+i, 10)
-			}
-			for range maxKeys + maxKeys/2 { // past the cap: every shard is full
-				s.Take(1, newKey(), lim, 1, t0)
-			}
 			b.ReportAllocs()
 			for b.Loop() {
-				k := newKey()
+				i++
+				k := strconv.AppendInt(key[:6], 1_000_000_000+i, 10)
 				if path == "take" {
 					s.Take(1, k, lim, 1, t0)
 				} else {
@@ -170,6 +171,26 @@ func BenchmarkStoreAtCap(b *testing.B) {
 			}
 		})
 	}
+	// New keys from every core at once: can the store itself take a flood of
+	// a million new keys a second and stay at its cap?
+	b.Run("path=take/mode=parallel", func(b *testing.B) {
+		s := NewStore(StoreConfig{MaxKeys: maxKeys})
+		fill(s)
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			key := []byte("flood-0000000000")
+			for pb.Next() {
+				s.Take(1, strconv.AppendInt(key[:6], 1_000_000_000+next.Add(1), 10), lim, 1, t0)
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "new-keys/s")
+		if s.Len() > s.Capacity() {
+			b.Fatalf("held %d keys, cap %d", s.Len(), s.Capacity())
+		}
+	})
 }
 
 // BenchmarkIdleKeyMemory reports the heap held per idle key with 1M keys,

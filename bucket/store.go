@@ -539,11 +539,14 @@ func (sh *shard) makeRoom(now time.Time) int {
 	var hashes [evictSample]uint64
 	var entries [evictSample]*entry
 	seen := 0
-	sh.each(func(h uint64, e *entry) bool { // map iteration starts at a random entry
+	// Only the heads of chains are sampled, so that gathering touches no
+	// entry (following a chain would read each one, one miss at a time).
+	for h, e := range sh.buckets { // map iteration starts at a random entry
 		hashes[seen], entries[seen] = h, e
-		seen++
-		return seen < evictSample
-	})
+		if seen++; seen == evictSample {
+			break
+		}
+	}
 	var full [evictSample]int64
 	for i, e := range entries[:seen] {
 		full[i] = e.full
