@@ -313,27 +313,14 @@ const maxTop = 1000
 // spent, most spent first. It visits every bucket that is not full (shard by
 // shard, as push-pull does), so it is for operators, not the request path.
 func (d *Daemon) Busiest(n int) []adminapi.BusyKey {
-	rs := d.rules.Load()
-	names := d.nsNames.Load()
 	top := make([]adminapi.BusyKey, 0, n+1)
-	d.store.Snapshot(d.now(), func(ns bucket.Namespace, key string) (bucket.Limit, bool) {
-		if int(ns) >= len(*names) {
-			return bucket.Limit{}, false
-		}
-		ar, ok := rs.byName[(*names)[ns]]
-		if !ok {
-			return bucket.Limit{}, false
-		}
-		return ar.LimitFor([]byte(key)), true
-	}, func(c bucket.Consumption, balance float64) bool {
-		ar := rs.byName[(*names)[c.NS]]
-		burst := ar.LimitFor([]byte(c.Key)).Burst()
-		used := 1 - balance/float64(burst)
+	d.eachHeld(func(rule string, lim bucket.Limit, c bucket.Consumption, balance float64) bool {
+		used := 1 - balance/float64(lim.Burst())
 		if len(top) == n && used <= top[n-1].Used {
 			return true
 		}
 		i, _ := slices.BinarySearchFunc(top, used, func(k adminapi.BusyKey, u float64) int { return cmp.Compare(u, k.Used) })
-		top = slices.Insert(top, i, adminapi.BusyKey{Rule: (*names)[c.NS], Key: strings.Clone(c.Key), Balance: balance, Burst: burst, Used: used})
+		top = slices.Insert(top, i, adminapi.BusyKey{Rule: rule, Key: strings.Clone(c.Key), Balance: balance, Burst: lim.Burst(), Used: used})
 		if len(top) > n {
 			top = top[:n]
 		}
@@ -342,7 +329,7 @@ func (d *Daemon) Busiest(n int) []adminapi.BusyKey {
 	return top
 }
 
-// adminapi.StatsView reads the decision counters of the rules in force.
+// StatsView reads the decision counters of the rules in force.
 func (d *Daemon) StatsView() adminapi.StatsView {
 	out := adminapi.StatsView{Node: d.settings.NodeName, Time: time.Now(), Rules: map[string]adminapi.RuleStats{}}
 	for name, ar := range d.rules.Load().byName {

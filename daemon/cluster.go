@@ -49,9 +49,19 @@ func (l ledger) Charge(rule, key string, tokens uint64) {
 }
 
 func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
-	rs := l.d.rules.Load()
-	names := l.d.nsNames.Load()
-	limit := func(ns bucket.Namespace, key string) (bucket.Limit, bool) {
+	l.d.eachHeld(func(rule string, _ bucket.Limit, c bucket.Consumption, balance float64) bool {
+		return fn(gossip.Counter{Rule: rule, Key: c.Key, Epoch: c.Epoch, Used: c.Used, Prev: c.Prev}, balance)
+	})
+}
+
+// eachHeld calls fn for every bucket that is not full, of a rule in force,
+// with the rule's name and the key's limit, until fn returns false. fn runs
+// under a shard lock (see bucket.Store.Snapshot) and must be quick.
+func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consumption, balance float64) bool) {
+	rs := d.rules.Load()
+	names := d.nsNames.Load()
+	var last bucket.Limit
+	d.store.Snapshot(d.now(), func(ns bucket.Namespace, key string) (bucket.Limit, bool) {
 		if int(ns) >= len(*names) {
 			return bucket.Limit{}, false
 		}
@@ -59,10 +69,10 @@ func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
 		if !ok {
 			return bucket.Limit{}, false
 		}
-		return ar.LimitFor([]byte(key)), true
-	}
-	l.d.store.Snapshot(l.d.now(), limit, func(c bucket.Consumption, balance float64) bool {
-		return fn(gossip.Counter{Rule: (*names)[c.NS], Key: c.Key, Epoch: c.Epoch, Used: c.Used, Prev: c.Prev}, balance)
+		last = ar.LimitFor([]byte(key))
+		return last, true
+	}, func(c bucket.Consumption, balance float64) bool {
+		return fn((*names)[c.NS], last, c, balance) // Snapshot asks for the limit just before
 	})
 }
 

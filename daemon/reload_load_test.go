@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -34,25 +33,12 @@ func reloadRules(version int) string {
 // rule is admitted), reset no balance (a key in debt stays refused
 // throughout), and carry a changed limit's balance over in proportion.
 func TestHundredReloadsUnderLoadDropNothingResetNothing(t *testing.T) {
-	dir, err := os.MkdirTemp("", "rl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	s := config.DefaultSettings()
-	s.SocketPath, s.RulesPath, s.NoWatch = filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml"), true
+	s.RulesPath, s.NoWatch = filepath.Join(t.TempDir(), "rules.yaml"), true
 	writeRules(t, s.RulesPath, reloadRules(0))
-	d, err := New(Config{Settings: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	defer func() { cancel(); <-ran }()
-	<-d.Ready()
+	d := runDaemon(t, s)
 
-	cl, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: s.SocketPath, Timeout: 5 * time.Second, Conns: 2})
+	cl, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: d.SocketPath(), Timeout: 5 * time.Second, Conns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

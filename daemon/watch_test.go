@@ -13,13 +13,21 @@ import (
 
 func runWatching(t *testing.T, rulesPath string) *Daemon {
 	t.Helper()
+	s := config.DefaultSettings()
+	s.RulesPath = rulesPath
+	return runDaemon(t, s)
+}
+
+// runDaemon runs a daemon with settings s on a socket of its own until the
+// test ends.
+func runDaemon(t *testing.T, s config.Settings) *Daemon {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "dw")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := config.DefaultSettings()
-	s.SocketPath, s.RulesPath = filepath.Join(dir, "d.sock"), rulesPath
+	s.SocketPath = filepath.Join(dir, "d.sock")
 	d, err := New(Config{Settings: s})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
 	"github.com/sluicelabs/sluice/daemon/adminapi"
+	"github.com/sluicelabs/sluice/daemon/daemontest"
 )
 
 // testRules has a rule with an override, a shadow rule and a soft rule.
@@ -63,24 +64,7 @@ func startNode(t *testing.T, rules string, cluster *config.ClusterSettings) *nod
 		s.Cluster = *cluster
 	}
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	if n.d, err = daemon.New(daemon.Config{Settings: s, Now: func() time.Time { return now }}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- n.d.Run(ctx) }()
-	select {
-	case <-n.d.Ready():
-	case err := <-ran:
-		cancel()
-		t.Fatalf("daemon did not start: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("daemon stopped with %v", err)
-		}
-	})
+	n.d = daemontest.Run(t, daemon.Config{Settings: s, Now: func() time.Time { return now }})
 	n.admin = httptest.NewServer(n.d.AdminHandler())
 	t.Cleanup(n.admin.Close)
 	return n

@@ -28,7 +28,15 @@ func Start(t testing.TB, rules string) *daemon.Daemon {
 	if err := os.WriteFile(s.RulesPath, []byte(rules), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(daemon.Config{Settings: s})
+	return Run(t, daemon.Config{Settings: s})
+}
+
+// Run builds a daemon from cfg and runs it until the test ends, returning it
+// once it is serving. The test fails if it does not start, or stops with an
+// error.
+func Run(t testing.TB, cfg daemon.Config) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
