@@ -516,12 +516,23 @@ func (s *Store) locate(ns Namespace, key []byte) (uint64, *shard) {
 // insert adds a full bucket for key, making room first if the shard is at its
 // cap. The caller holds sh.mu.
 func (sh *shard) insert(s *Store, h uint64, ns Namespace, key []byte, now time.Time) *entry {
+	var e *entry
 	if sh.n >= s.shardCap {
-		s.evictions.Add(uint64(sh.makeRoom(now)))
+		evicted, spare := sh.makeRoom(now)
+		s.evictions.Add(uint64(evicted))
+		e = spare
 	}
-	e := &entry{key: string(key), ns: ns, next: sh.buckets[h]}
+	if e == nil {
+		e = &entry{}
+	}
+	t := e.t
+	*e = entry{key: string(key), ns: ns, next: sh.buckets[h]}
 	if s.track {
-		e.t = &tracking{epoch: s.epochs.Add(1)}
+		if t == nil {
+			t = &tracking{}
+		}
+		*t = tracking{epoch: s.epochs.Add(1)}
+		e.t = t
 	}
 	sh.buckets[h] = e
 	sh.n++
@@ -529,8 +540,11 @@ func (sh *shard) insert(s *Store, h uint64, ns Namespace, key []byte, now time.T
 }
 
 // makeRoom evicts from a sample of the shard's buckets every one that is full,
-// or if none is, the one nearest to full. It returns how many it evicted.
-func (sh *shard) makeRoom(now time.Time) int {
+// or if none is, the one nearest to full. It returns how many it evicted, and
+// an evicted entry the caller may reuse for the new key (nil if each is still
+// on the dirty list, where gossip will read it): at the cap, every new key
+// would otherwise allocate an entry while one becomes garbage.
+func (sh *shard) makeRoom(now time.Time) (evicted int, spare *entry) {
 	// The sample is gathered first and its buckets read after: the reads do
 	// not depend on each other, so the CPU overlaps their cache misses
 	// instead of waiting on each in turn. In a flood of unique keys at the
@@ -552,18 +566,24 @@ func (sh *shard) makeRoom(now time.Time) int {
 		full[i] = e.full
 	}
 	n := now.UnixNano()
-	evicted, victim := 0, -1
+	victim := -1
+	evict := func(i int) {
+		e := entries[i]
+		sh.remove(hashes[i], e)
+		evicted++
+		if spare == nil && (e.t == nil || e.t.used == e.t.sent) {
+			spare = e
+		}
+	}
 	for i := range seen {
 		if full[i] <= n {
-			sh.remove(hashes[i], entries[i])
-			evicted++
+			evict(i)
 		} else if victim < 0 || full[i] < full[victim] {
 			victim = i
 		}
 	}
 	if evicted == 0 && victim >= 0 {
-		sh.remove(hashes[victim], entries[victim])
-		evicted = 1
+		evict(victim)
 	}
-	return evicted
+	return evicted, spare
 }

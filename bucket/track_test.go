@@ -1,6 +1,8 @@
 package bucket
 
 import (
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -95,5 +97,58 @@ func TestAdoptOnlyFillsMissingBuckets(t *testing.T) {
 	})
 	if len(seen) != 2 {
 		t.Fatalf("snapshot listed %v, want the two non-full buckets", seen)
+	}
+}
+
+// At the cap an evicted entry is reused for the next new key, but never one
+// still on the dirty list: gossip must read what the evicted key consumed.
+func TestEvictedEntriesReusedOnlyOnceDrained(t *testing.T) {
+	s := NewStore(StoreConfig{TrackConsumption: true, MaxKeys: 8, Shards: 1})
+	lim := MustLimit(1, time.Hour, 5)
+	take := func(prefix string, n int, cost int64) {
+		for i := range n {
+			if _, err := s.Take(1, []byte(fmt.Sprint(prefix, i)), lim, cost, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	take("a", 8, 2)
+	take("b", 8, 2) // evicts dirty a's: they must still drain as a's
+	got := drain(s)
+	for _, prefix := range []string{"a", "b"} {
+		for i := range 8 {
+			k := fmt.Sprint(prefix, i)
+			if c, ok := got[k]; !ok || c.Used != 2 || c.Key != k {
+				t.Fatalf("drain lost or garbled %s: %+v (drained %d keys)", k, c, len(got))
+			}
+		}
+	}
+	// The c's spend more, so the b's are nearer to full and evicted first
+	// (the sample of 8 is the whole shard), their entries reused.
+	take("c", 8, 3)
+	got = drain(s)
+	if len(got) != 8 || s.Len() != 8 {
+		t.Fatalf("after reuse: drained %d keys (want the 8 c's), held %d", len(got), s.Len())
+	}
+	for i := range 8 {
+		k := fmt.Sprint("c", i)
+		if c := got[k]; c.Used != 3 || c.Prev != 0 || c.Key != k {
+			t.Fatalf("reused entry carried state into %s: %+v", k, c)
+		}
+		if b, held := s.Balance(1, []byte(k), lim, t0); !held || b != 2 {
+			t.Fatalf("%s: balance %v held %v, want 2 of a fresh bucket", k, b, held)
+		}
+	}
+	// A new key at the cap, once the list is drained, allocates its key
+	// string and nothing else: the entry is a reused one.
+	buf := []byte("d-0000000000")
+	n := int64(0)
+	allocs := testing.AllocsPerRun(200, func() {
+		n++
+		s.Take(1, strconv.AppendInt(buf[:2], 1_000_000+n, 10), lim, 1, t0)
+		s.DrainDirty(func(Consumption) {})
+	})
+	if allocs > 1 {
+		t.Fatalf("a new key at the cap allocates %v times; want 1 (the key)", allocs)
 	}
 }
