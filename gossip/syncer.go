@@ -64,6 +64,7 @@ type seenRange struct{ epoch, lo, hi uint64 }
 // Stats counts a syncer's traffic; read it with Stats.
 type Stats struct {
 	PacketsSent, BytesSent         atomic.Uint64
+	CountersSent                   atomic.Uint64 // counter entries sent, once per target
 	PacketsReceived, BytesReceived atomic.Uint64
 	BadPackets                     atomic.Uint64 // peers' packets that failed to decode
 	TokensCharged                  atomic.Uint64 // tokens charged here on peers' behalf
@@ -374,7 +375,8 @@ func (s *Syncer) round() {
 	}
 	s.mu.Unlock()
 
-	for _, p := range w.packets() {
+	packets, counts := w.packets()
+	for i, p := range packets {
 		for _, n := range targets {
 			if err := s.ml.SendBestEffort(n, p); err != nil {
 				s.log.Debug("send failed", "to", n.Name, "error", err)
@@ -382,6 +384,7 @@ func (s *Syncer) round() {
 			}
 			s.stats.PacketsSent.Add(1)
 			s.stats.BytesSent.Add(uint64(len(p)))
+			s.stats.CountersSent.Add(uint64(counts[i]))
 		}
 	}
 }
