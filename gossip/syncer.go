@@ -104,15 +104,11 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	mlc.Delegate = (*delegate)(s)
 	mlc.Events = (*events)(s)
 	mlc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{cfg.BindAddr},
-		BindPort:  cfg.BindPort,
-		Logger:    mlc.Logger,
-	})
+	nt, err := newTransport(cfg.BindAddr, cfg.BindPort, mlc.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: bind %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
-	mlc.BindPort = nt.GetAutoBindPort()
+	mlc.BindPort = nt.Port()
 	if mlc.AdvertiseAddr != "" && mlc.AdvertisePort == 0 {
 		mlc.AdvertisePort = mlc.BindPort
 	}

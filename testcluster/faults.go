@@ -70,7 +70,7 @@ func (t *faultTransport) forward() {
 		case <-t.stop:
 			return
 		case p := <-in:
-			if t.isBlocked(p.From.String()) {
+			if blocked := *t.blocked.Load(); len(blocked) > 0 && blocked[p.From.String()] {
 				continue
 			}
 			select {
