@@ -12,8 +12,8 @@
 #   BenchmarkHotKeyThroughput  new keys per second kept in sync.
 # Writes docs/benchmarks/cluster.txt and, in a full run, regenerates the
 # README's chart data (docs/testcluster/) with cmd/testcluster.
-# A full run takes about 12 minutes; -short (20 probes per case, 5 s and 3 s
-# loads, fewer cases; the charts are left alone) about 3.
+# A full run takes about 10 minutes; -short (20 probes per case, 5 s and 3 s
+# loads, fewer cases; the charts are left alone) under 2.
 #
 # Usage: scripts/cluster-bench.sh [-short]
 set -euo pipefail
