@@ -27,6 +27,11 @@
 // each node's counters and balances, repairing losses and teaching a daemon
 // that restarted or joined late the debts already owed.
 //
+// Packets and streams go through the package's own memberlist transport
+// (UDP and TCP on one port, as memberlist's NetTransport), because
+// NetTransport allocates 64 KiB for every packet it reads, and under fan-out
+// that allocation was most of a busy daemon's CPU (see transport.go).
+//
 // The package never decides a request and never blocks one: it talks to the
 // daemon's buckets only through the Ledger interface.
 package gossip

@@ -64,6 +64,7 @@ type seenRange struct{ epoch, lo, hi uint64 }
 // Stats counts a syncer's traffic; read it with Stats.
 type Stats struct {
 	PacketsSent, BytesSent         atomic.Uint64
+	CountersSent                   atomic.Uint64 // counter entries sent, once per target
 	PacketsReceived, BytesReceived atomic.Uint64
 	BadPackets                     atomic.Uint64 // peers' packets that failed to decode
 	TokensCharged                  atomic.Uint64 // tokens charged here on peers' behalf
@@ -103,15 +104,11 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	mlc.Delegate = (*delegate)(s)
 	mlc.Events = (*events)(s)
 	mlc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{cfg.BindAddr},
-		BindPort:  cfg.BindPort,
-		Logger:    mlc.Logger,
-	})
+	nt, err := newTransport(cfg.BindAddr, cfg.BindPort, mlc.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: bind %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
-	mlc.BindPort = nt.GetAutoBindPort()
+	mlc.BindPort = nt.Port()
 	if mlc.AdvertiseAddr != "" && mlc.AdvertisePort == 0 {
 		mlc.AdvertisePort = mlc.BindPort
 	}
@@ -374,7 +371,8 @@ func (s *Syncer) round() {
 	}
 	s.mu.Unlock()
 
-	for _, p := range w.packets() {
+	packets, counts := w.packets()
+	for i, p := range packets {
 		for _, n := range targets {
 			if err := s.ml.SendBestEffort(n, p); err != nil {
 				s.log.Debug("send failed", "to", n.Name, "error", err)
@@ -382,6 +380,7 @@ func (s *Syncer) round() {
 			}
 			s.stats.PacketsSent.Add(1)
 			s.stats.BytesSent.Add(uint64(len(p)))
+			s.stats.CountersSent.Add(uint64(counts[i]))
 		}
 	}
 }

@@ -137,7 +137,7 @@ func TestNodeWithoutTheKeyCanNeitherJoinNorInject(t *testing.T) {
 	aNode := &memberlist.Node{Name: "a", Addr: a.ml.LocalNode().Addr, Port: a.ml.LocalNode().Port}
 	w := newPacketWriter("x", 1300)
 	w.add("x", Counter{Rule: "r", Key: "victim", Epoch: 1, Used: 1_000_000})
-	if err := intruder.ml.SendBestEffort(aNode, w.packets()[0]); err != nil {
+	if err := intruder.ml.SendBestEffort(aNode, first(w.packets())); err != nil {
 		t.Fatal(err)
 	}
 	lb.add(Counter{Rule: "r", Key: "honest", Epoch: 1, Used: 2})
@@ -198,7 +198,7 @@ func TestMergeStateAdoptsWithoutDoubleCounting(t *testing.T) {
 		// b's first packet then arrives, naming its whole epoch.
 		w := newPacketWriter("b", 1300)
 		w.add("b", Counter{Rule: "r", Key: "k", Epoch: 2, Prev: 0, Used: 10})
-		s.receive(w.packets()[0])
+		s.receive(first(w.packets()))
 		got := l.get("r/k")
 		if adopt && got != 0 {
 			t.Errorf("after adopting a's balance, b's counter (already in it) charged %d", got)

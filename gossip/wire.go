@@ -43,6 +43,7 @@ type packetWriter struct {
 	body    []byte
 	n       int
 	out     [][]byte // finished packets
+	counts  []int    // entries in each finished packet
 }
 
 func newPacketWriter(sender string, limit int) *packetWriter {
@@ -103,16 +104,18 @@ func (w *packetWriter) flush() {
 	p = mp.AppendArrayHeader(p, w.n)
 	p = append(p, w.body...)
 	w.out = append(w.out, p)
+	w.counts = append(w.counts, w.n)
 	w.origins, w.body, w.n = w.origins[:0], w.body[:0], 0
 	clear(w.index)
 }
 
-// packets finishes the last packet and returns them all.
-func (w *packetWriter) packets() [][]byte {
+// packets finishes the last packet and returns them all, and how many
+// entries each holds.
+func (w *packetWriter) packets() ([][]byte, []int) {
 	w.flush()
-	out := w.out
-	w.out = nil
-	return out
+	out, counts := w.out, w.counts
+	w.out, w.counts = nil, nil
+	return out, counts
 }
 
 func str(d *mp.Decoder, max int, what string) (string, error) {

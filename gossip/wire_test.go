@@ -23,9 +23,16 @@ func TestPacketsFitAndRoundTrip(t *testing.T) {
 		w.add(origin, c)
 		want = append(want, c)
 	}
-	packets := w.packets()
+	packets, counts := w.packets()
 	if len(packets) < 2 {
 		t.Fatalf("%d packets for 40 entries under a 300-byte limit", len(packets))
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if len(counts) != len(packets) || total != 40 {
+		t.Fatalf("entry counts %v for %d packets of 40 entries", counts, len(packets))
 	}
 	var got []Counter
 	for _, p := range packets {
@@ -66,7 +73,7 @@ func TestDecodeCountersRejectsGarbageAndAppliesNothing(t *testing.T) {
 	good := func() []byte {
 		w := newPacketWriter("a", 1300)
 		w.add("a", Counter{Rule: "r", Key: "k", Epoch: 1, Used: 3})
-		return w.packets()[0]
+		return first(w.packets())
 	}()
 	mpk := func(v any) []byte { b, _ := msgpack.Marshal(v); return b }
 	tests := []struct {
@@ -97,3 +104,5 @@ func TestDecodeCountersRejectsGarbageAndAppliesNothing(t *testing.T) {
 		})
 	}
 }
+
+func first(packets [][]byte, _ []int) []byte { return packets[0] }

@@ -19,8 +19,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).packetHandler"),
 		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).streamListen"),
 		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).packetListen"),
-		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*NetTransport).udpListen"),
-		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*NetTransport).tcpListen"),
 	)
 }
 

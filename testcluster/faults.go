@@ -26,6 +26,10 @@ type faultTransport struct {
 	blocked atomic.Pointer[map[string]bool] // peer addresses ("ip:port") cut off
 	faults  atomic.Pointer[Faults]
 
+	// wireBytes counts the UDP bytes handed to the network, memberlist's own
+	// packets (probes, acks, membership gossip) and framing included.
+	wireBytes atomic.Uint64
+
 	mu   sync.Mutex
 	rnd  *rand.Rand
 	held *heldPacket
@@ -70,7 +74,7 @@ func (t *faultTransport) forward() {
 		case <-t.stop:
 			return
 		case p := <-in:
-			if t.isBlocked(p.From.String()) {
+			if blocked := *t.blocked.Load(); len(blocked) > 0 && blocked[p.From.String()] {
 				continue
 			}
 			select {
@@ -105,15 +109,20 @@ func (t *faultTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 
 	now, err := time.Now(), error(nil)
 	if !drop {
-		now, err = t.inner.WriteTo(b, addr)
+		now, err = t.write(b, addr)
 		if dup {
-			t.inner.WriteTo(b, addr)
+			t.write(b, addr)
 		}
 	}
 	if release != nil {
-		t.inner.WriteTo(release.b, release.addr)
+		t.write(release.b, release.addr)
 	}
 	return now, err
+}
+
+func (t *faultTransport) write(b []byte, addr string) (time.Time, error) {
+	t.wireBytes.Add(uint64(len(b)))
+	return t.inner.WriteTo(b, addr)
 }
 
 func (t *faultTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }

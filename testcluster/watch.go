@@ -46,6 +46,10 @@ type WatchSpec struct {
 	// ProbeRule names a slow rule (burst well above 1) used to time
 	// convergence: a token taken on one node, watched for on the others.
 	ProbeRule string
+	// Aligned starts every node's paced load at the same instant instead of
+	// at a random phase, so nodes offered the same rate send together: the
+	// worst case, each such burst landing on many nodes at once.
+	Aligned bool
 }
 
 // Second is one second of a watch.
@@ -80,12 +84,24 @@ func Watch(ctx context.Context, t Target, spec WatchSpec, each func(Second)) ([]
 		if rate <= 0 {
 			continue
 		}
+		period := time.Duration(float64(time.Second) / rate)
+		limit := int(rate*spec.Duration.Seconds()) + 1
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+			// Start at a random phase of the period: nodes offered the same
+			// rate would otherwise all send at the same instants, a burst
+			// landing on every node at once that no real load keeps making.
+			if !spec.Aligned {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(rand.N(period)):
+				}
+			}
+			tick := time.NewTicker(period)
 			defer tick.Stop()
-			for {
+			for range limit {
 				select {
 				case <-ctx.Done():
 					return

@@ -1,0 +1,238 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sockaddr "github.com/hashicorp/go-sockaddr"
+	"github.com/hashicorp/memberlist"
+)
+
+// transport is memberlist's network: UDP packets and TCP streams on one
+// port. It replaces memberlist.NetTransport, which allocates a fresh 64 KiB
+// buffer for every packet it reads: with direct fan-out a daemon receives
+// thousands of small counter packets a second, and that allocation, its
+// zeroing and the garbage collection it caused were most of a 50-node
+// cluster's CPU. Here one buffer per listener is reused and each packet is
+// copied out at its own size (memberlist may hold a packet's bytes after the
+// next read, so they cannot share a buffer). Peer addresses given as
+// IP:port are parsed without the resolver.
+type transport struct {
+	udp  *net.UDPConn
+	tcp  *net.TCPListener
+	bind netip.Addr // as configured; may be unspecified (0.0.0.0)
+	port int
+	log  *log.Logger
+
+	packets chan *memberlist.Packet
+	streams chan net.Conn
+
+	closing atomic.Bool
+	stop    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+var _ memberlist.NodeAwareTransport = (*transport)(nil)
+
+const (
+	// maxDatagram is the largest UDP payload.
+	maxDatagram = 64 << 10
+	// udpReadBuffer is the socket receive buffer asked for (halved until the
+	// kernel accepts it): bursts of fan-out packets must not overflow it.
+	udpReadBuffer = 2 << 20
+)
+
+// newTransport binds UDP and TCP on addr:port (port 0: a free port, the same
+// for both) and starts reading.
+func newTransport(addr string, port int, logger *log.Logger) (*transport, error) {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		ia, rerr := net.ResolveIPAddr("ip", addr) // a host name
+		if rerr != nil {
+			return nil, fmt.Errorf("bind address %q: %w", addr, rerr)
+		}
+		ip, _ = netip.AddrFromSlice(ia.IP)
+	}
+	ip = ip.Unmap()
+	t := &transport{
+		bind:    ip,
+		log:     logger,
+		packets: make(chan *memberlist.Packet),
+		streams: make(chan net.Conn),
+		stop:    make(chan struct{}),
+	}
+	// With port 0 the kernel picks a TCP port that may be taken for UDP:
+	// try a few.
+	for attempt := 0; ; attempt++ {
+		err = t.listen(port)
+		if err == nil || port != 0 || attempt == 9 {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.wg.Add(2)
+	go t.readPackets()
+	go t.acceptStreams()
+	return t, nil
+}
+
+func (t *transport) listen(port int) error {
+	tcp, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(t.bind, uint16(port))))
+	if err != nil {
+		return fmt.Errorf("listen tcp %s: %w", netip.AddrPortFrom(t.bind, uint16(port)), err)
+	}
+	port = tcp.Addr().(*net.TCPAddr).Port
+	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(t.bind, uint16(port))))
+	if err != nil {
+		tcp.Close()
+		return fmt.Errorf("listen udp %s: %w", netip.AddrPortFrom(t.bind, uint16(port)), err)
+	}
+	for size := udpReadBuffer; size > 0; size /= 2 {
+		if udp.SetReadBuffer(size) == nil {
+			break
+		}
+	}
+	t.tcp, t.udp, t.port = tcp, udp, port
+	return nil
+}
+
+// Port is the bound port.
+func (t *transport) Port() int { return t.port }
+
+// FinalAdvertiseAddr returns ip and port if ip is given; otherwise the bound
+// address and port, or, bound to every interface, a private IP of this host.
+func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+	if ip != "" {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return nil, 0, fmt.Errorf("advertise address %q: %w", ip, err)
+		}
+		return net.IP(a.Unmap().AsSlice()), port, nil
+	}
+	if !t.bind.IsUnspecified() {
+		return net.IP(t.bind.Unmap().AsSlice()), t.port, nil
+	}
+	private, err := sockaddr.GetPrivateIP()
+	if err != nil {
+		return nil, 0, fmt.Errorf("find a private IP to advertise: %w", err)
+	}
+	a, err := netip.ParseAddr(private)
+	if err != nil {
+		return nil, 0, errors.New("no private IP to advertise: set an advertise address")
+	}
+	return net.IP(a.Unmap().AsSlice()), t.port, nil
+}
+
+// WriteTo sends one packet to addr (IP:port, or host:port resolved each time).
+func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		ua, rerr := net.ResolveUDPAddr("udp", addr)
+		if rerr != nil {
+			return time.Time{}, rerr
+		}
+		ap = ua.AddrPort()
+	}
+	_, err = t.udp.WriteToUDPAddrPort(b, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	return time.Now(), err
+}
+
+// WriteToAddress is WriteTo; the node's name is not needed.
+func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	return t.WriteTo(b, a.Addr)
+}
+
+func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+
+func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", addr, timeout)
+}
+
+// DialAddressTimeout is DialTimeout; the node's name is not needed.
+func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	return t.DialTimeout(a.Addr, timeout)
+}
+
+func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
+
+// Shutdown closes both listeners and waits for the readers to end. It is
+// safe to call more than once.
+func (t *transport) Shutdown() error {
+	t.once.Do(func() {
+		t.closing.Store(true)
+		close(t.stop)
+		t.tcp.Close()
+		t.udp.Close()
+		t.wg.Wait()
+	})
+	return nil
+}
+
+// readPackets hands each datagram to memberlist in a slice of its own size.
+func (t *transport) readPackets() {
+	defer t.wg.Done()
+	buf := make([]byte, maxDatagram)
+	for {
+		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
+		now := time.Now()
+		if err != nil {
+			if t.closing.Load() {
+				return
+			}
+			t.log.Printf("[ERR] gossip: read a UDP packet: %v", err)
+			continue
+		}
+		if n == 0 {
+			continue // memberlist needs at least the message type
+		}
+		p := &memberlist.Packet{
+			Buf:       append(make([]byte, 0, n), buf[:n]...),
+			From:      net.UDPAddrFromAddrPort(netip.AddrPortFrom(from.Addr().Unmap(), from.Port())),
+			Timestamp: now,
+		}
+		select {
+		case t.packets <- p:
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+// acceptStreams hands each TCP connection to memberlist, backing off while
+// accepting fails (out of file descriptors, say).
+func (t *transport) acceptStreams() {
+	defer t.wg.Done()
+	var backoff time.Duration
+	for {
+		conn, err := t.tcp.AcceptTCP()
+		if err != nil {
+			if t.closing.Load() {
+				return
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t.log.Printf("[ERR] gossip: accept a TCP connection: %v (retrying in %s)", err, backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-t.stop:
+				return
+			}
+		}
+		backoff = 0
+		select {
+		case t.streams <- conn:
+		case <-t.stop:
+			conn.Close()
+			return
+		}
+	}
+}

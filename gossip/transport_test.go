@@ -1,0 +1,111 @@
+package gossip
+
+import (
+	"bytes"
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func newTestTransport(t *testing.T) *transport {
+	t.Helper()
+	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Shutdown() })
+	return tr
+}
+
+func addrOf(tr *transport) string { return "127.0.0.1:" + strconv.Itoa(tr.Port()) }
+
+// Each packet arrives in a slice of its own size, its own bytes, from the
+// sender's address, whether the address was given as IP:port or by name.
+func TestTransportPacketsAreCopiedAtTheirSize(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	a, b := newTestTransport(t), newTestTransport(t)
+	payloads := [][]byte{[]byte("x"), bytes.Repeat([]byte("ab"), 600), []byte("third")}
+	for i, p := range payloads {
+		to := addrOf(b)
+		if i == 2 {
+			to = "localhost:" + strconv.Itoa(b.Port())
+		}
+		if _, err := a.WriteTo(p, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*[]byte
+	for i, want := range payloads {
+		select {
+		case p := <-b.PacketCh():
+			if !bytes.Equal(p.Buf, want) || cap(p.Buf) != len(want) {
+				t.Fatalf("packet %d: %d bytes (cap %d), want %d", i, len(p.Buf), cap(p.Buf), len(want))
+			}
+			if p.From.String() != addrOf(a) || p.Timestamp.IsZero() {
+				t.Fatalf("packet %d from %v at %v, want %s", i, p.From, p.Timestamp, addrOf(a))
+			}
+			got = append(got, &p.Buf)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("packet %d never arrived", i)
+		}
+	}
+	// Packets share no memory: memberlist may keep one while reading the next.
+	(*got[0])[0] = 'y'
+	if !bytes.Equal(*got[2], payloads[2]) {
+		t.Fatalf("writing one packet changed another: %q", *got[2])
+	}
+	a.Shutdown()
+	b.Shutdown()
+}
+
+func TestTransportStreams(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	a, b := newTestTransport(t), newTestTransport(t)
+	conn, err := a.DialTimeout(addrOf(b), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var in net.Conn
+	select {
+	case in = <-b.StreamCh():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no stream accepted")
+	}
+	defer in.Close()
+	if _, err := conn.Write([]byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "state" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	a.Shutdown()
+	b.Shutdown()
+	if err := b.Shutdown(); err != nil {
+		t.Fatalf("second shutdown: %v", err)
+	}
+}
+
+func TestTransportAdvertiseAddr(t *testing.T) {
+	tr := newTestTransport(t)
+	ip, port, err := tr.FinalAdvertiseAddr("", 0)
+	if err != nil || !ip.Equal(net.IPv4(127, 0, 0, 1)) || port != tr.Port() {
+		t.Fatalf("bound address: %v %d %v, want 127.0.0.1 %d", ip, port, err, tr.Port())
+	}
+	ip, port, err = tr.FinalAdvertiseAddr("10.1.2.3", 7000)
+	if err != nil || ip.String() != "10.1.2.3" || len(ip) != 4 || port != 7000 {
+		t.Fatalf("explicit address: %v (%d bytes) %d %v", ip, len(ip), port, err)
+	}
+	if _, _, err := tr.FinalAdvertiseAddr("not-an-ip", 7000); err == nil {
+		t.Fatal("a bad advertise address was accepted")
+	}
+	if _, err := newTransport("no.such.host.invalid", 0, log.New(io.Discard, "", 0)); err == nil {
+		t.Fatal("an unresolvable bind address was accepted")
+	}
+}
