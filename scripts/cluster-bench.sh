@@ -10,7 +10,8 @@
 #                              second at one cluster-wide rate (2,000 req/s)
 #                              by size and number of hot keys;
 #   BenchmarkHotKeyThroughput  new keys per second kept in sync.
-# Writes docs/benchmarks/cluster.txt and, in a full run, regenerates the
+# Writes docs/benchmarks/raw/cluster.txt (which scripts/bench.sh turns into
+# docs/BENCHMARKS.md) and, in a full run, regenerates the
 # README's chart data (docs/testcluster/) with cmd/testcluster.
 # A full run takes about 10 minutes; -short (20 probes per case, 5 s and 3 s
 # loads, fewer cases; the charts are left alone) under 2.
@@ -18,7 +19,7 @@
 # Usage: scripts/cluster-bench.sh [-short]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=docs/benchmarks/cluster.txt
+out=${CLUSTER_OUT:-docs/benchmarks/raw/cluster.txt}
 mkdir -p docs/benchmarks docs/testcluster out
 probes=200 short="" mode=full
 if [ "${1:-}" = "-short" ]; then probes=20 short=-short mode=short; fi
