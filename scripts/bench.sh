@@ -32,7 +32,7 @@ for a in "$@"; do
     *) echo "usage: scripts/bench.sh [-short] [-skip-cluster]" >&2; exit 2 ;;
   esac
 done
-count=5; rtx=50000x
+count=6; rtx=50000x
 if [ -n "$short" ]; then count=1; rtx=5000x; fi
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
