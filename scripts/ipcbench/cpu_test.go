@@ -30,9 +30,13 @@ func pace(c *clientlib.Client, rate, batch, callers int, d time.Duration) (decid
 			defer wg.Done()
 			checks := make([]clientlib.Check, batch)
 			due := start.Add(interval * time.Duration(g) / time.Duration(callers)) // callers spread over one interval
+			pace := time.NewTimer(0)
+			defer pace.Stop()
+			<-pace.C
 			for i := range per {
 				if wait := time.Until(due); wait > 0 {
-					time.Sleep(wait)
+					pace.Reset(wait) // paced: the next call is due then
+					<-pace.C
 				} else if time.Now().After(giveUp) {
 					return
 				}

@@ -66,12 +66,15 @@ func launch(tb testing.TB, pprof bool, extra ...string) *proc {
 	}
 	p.pid = p.cmd.Process.Pid
 	tb.Cleanup(p.stop)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.After(20 * time.Second)
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
 	for !p.serving() {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			tb.Fatalf("sluiced (pid %d) not serving on %s and %s within 20s", p.pid, p.sock, p.admin)
+		case <-poll.C:
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	return p
 }
@@ -170,7 +173,7 @@ func seriesValue(body []byte, name string) (float64, error) {
 func (p *proc) profile(tb testing.TB, delay, d time.Duration, path string) (wait func()) {
 	done := make(chan error, 1)
 	go func() {
-		time.Sleep(delay) // a start on schedule, not a wait for an outcome
+		<-time.After(delay) // a start on schedule, not a wait for an outcome
 		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.admin, int(d.Seconds()))
 		resp, err := p.http.Get(url)
 		if err != nil {
