@@ -61,6 +61,9 @@
 // burst) and charges nothing; the connection stays usable. ERROR with id 0
 // reports a connection-level fault (a frame larger than max_frame, bytes that
 // are not a valid message, an unknown message type, a failed handshake) and
-// the server closes the connection after sending it. Codes are listed under
-// ErrorCode.
+// the server closes the connection after sending it. A server that admits
+// only certain users (ServerConfig.AllowUIDs, AllowGIDs) may send ERROR
+// CodePeerNotAllowed as its first frame, without waiting for HELLO, to a
+// client whose uid and gid are not allowed, and then closes the connection.
+// Codes are listed under ErrorCode.
 package ipc

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,18 @@ type ServerConfig struct {
 	HandshakeTimeout time.Duration // time allowed to send HELLO; default 5s
 	WriteTimeout     time.Duration // time a reply may wait on a client that does not read; default 5s
 	Logger           Logger        // default: discard
+
+	// AllowUIDs and AllowGIDs restrict who may connect. When either is
+	// non-empty, the peer's credentials are read once per connection with
+	// SO_PEERCRED, before the handshake, and the connection is admitted only
+	// if the peer's uid is in AllowUIDs or its primary gid is in AllowGIDs
+	// (supplementary groups are not seen). Root is not implicitly allowed:
+	// list uid 0 if root's processes are clients. A refused peer is sent an
+	// ERROR CodePeerNotAllowed and the connection is closed. Both empty (the
+	// default): anyone the socket file's permissions let in is served.
+	// Linux only: elsewhere Serve fails with ErrPeerCredUnsupported.
+	AllowUIDs []uint32
+	AllowGIDs []uint32
 }
 
 // Server serves the protocol on Unix-socket connections.
@@ -78,6 +91,7 @@ type ServerStats struct {
 	RequestErrors  atomic.Uint64 // requests refused with an ERROR
 	ProtocolErrors atomic.Uint64 // connections closed for malformed input
 	Active         atomic.Int64
+	PeersRefused   atomic.Uint64 // connections closed because the peer is not on the allow-list (also counted in Accepted)
 }
 
 // NewServer returns a server that asks d for decisions.
@@ -103,6 +117,7 @@ func NewServer(cfg ServerConfig, d Decider) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = nopLogger{}
 	}
+	cfg.AllowUIDs, cfg.AllowGIDs = slices.Clone(cfg.AllowUIDs), slices.Clone(cfg.AllowGIDs)
 	return &Server{cfg: cfg, decider: d, conns: map[*serverConn]struct{}{}}
 }
 
@@ -115,6 +130,9 @@ var ErrServerClosed = errors.New("ipc: server closed")
 // Serve accepts connections on l until Shutdown. If l is a Unix listener
 // whose socket file is at a path, Shutdown removes that file.
 func (s *Server) Serve(l net.Listener, path string) error {
+	if s.cfg.checksPeers() && !PeerCredSupported {
+		return fmt.Errorf("serve: %w", ErrPeerCredUnsupported)
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -264,6 +282,9 @@ func (sc *serverConn) stop() {
 
 func (sc *serverConn) serve() {
 	defer sc.conn.Close()
+	if sc.s.cfg.checksPeers() && !sc.admitPeer() {
+		return
+	}
 	if !sc.handshake() {
 		return
 	}
