@@ -3,8 +3,10 @@ package config
 import (
 	"fmt"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +23,12 @@ type Settings struct {
 	// SocketMode is the socket file's permission bits. Default 0660: the
 	// daemon's user and group may connect, nobody else.
 	SocketMode fs.FileMode
+	// AllowUIDs and AllowGIDs, when either is non-empty, admit only clients
+	// whose uid is in AllowUIDs or whose primary gid is in AllowGIDs, as the
+	// kernel reports them (SO_PEERCRED; Linux only). Root is not implicitly
+	// allowed. Default: both empty, the socket's permissions alone decide.
+	AllowUIDs []uint32
+	AllowGIDs []uint32
 	// RulesPath is the rules file; empty means the embedded default rules.
 	RulesPath string
 	// RulesURL, if set, is an HTTP(S) rules service polled for the rules
@@ -94,6 +102,9 @@ const (
 	DefaultShutdownTimeout               = 5 * time.Second
 )
 
+// noID is (uid_t)-1, which the kernel uses for "no id"; no process has it.
+const noID = math.MaxUint32
+
 // DefaultSettings returns settings that run a single daemon with the embedded rules.
 func DefaultSettings() Settings {
 	host, err := os.Hostname()
@@ -125,6 +136,12 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: socket path is empty")
 	case s.SocketMode&^0o777 != 0:
 		return fmt.Errorf("settings: socket mode %o has bits beyond 0777", s.SocketMode)
+	case (len(s.AllowUIDs) > 0 || len(s.AllowGIDs) > 0) && !ipc.PeerCredSupported:
+		return fmt.Errorf("settings: allowed uids and gids: %w", ipc.ErrPeerCredUnsupported)
+	case slices.Contains(s.AllowUIDs, noID):
+		return fmt.Errorf("settings: allowed uid %d is not a user id (it means \"none\")", noID)
+	case slices.Contains(s.AllowGIDs, noID):
+		return fmt.Errorf("settings: allowed gid %d is not a group id (it means \"none\")", noID)
 	case s.RulesPath != "" && s.RulesURL != "":
 		return fmt.Errorf("settings: a rules file and a rules URL are exclusive; give one")
 	case s.RulesURL != "" && !strings.HasPrefix(s.RulesURL, "http://") && !strings.HasPrefix(s.RulesURL, "https://"):

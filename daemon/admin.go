@@ -88,6 +88,8 @@ func newMetrics(d *Daemon) *metrics {
 			func() float64 { return float64(d.server.Stats().Requests.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_ipc_connections", Help: "Client connections open."},
 			func() float64 { return float64(d.server.Stats().Active.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_ipc_peers_refused_total", Help: "Socket connections refused because the peer's uid and gid are not allowed."},
+			func() float64 { return float64(d.server.Stats().PeersRefused.Load()) }),
 	)
 	return m
 }

@@ -120,6 +120,8 @@ func New(cfg Config) (*Daemon, error) {
 		MaxConns:     s.MaxConns,
 		WriteTimeout: s.WriteTimeout,
 		Logger:       cfg.Logger.Named("ipc"),
+		AllowUIDs:    s.AllowUIDs,
+		AllowGIDs:    s.AllowGIDs,
 	}, d)
 	d.metrics = newMetrics(d)
 	d.apply(rules)
