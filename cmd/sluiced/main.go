@@ -33,6 +33,8 @@ func app() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
 			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
+			&cli.StringSliceFlag{Name: "allow-uid", EnvVars: []string{"SLUICE_ALLOW_UIDS"}, Usage: "serve only clients running as these users (uids or names; comma-separated or repeated), checked with SO_PEERCRED; root is not implied"},
+			&cli.StringSliceFlag{Name: "allow-gid", EnvVars: []string{"SLUICE_ALLOW_GIDS"}, Usage: "serve only clients whose primary group is one of these (gids or names); with --allow-uid, either list admits"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
 			&cli.StringFlag{Name: "rules-url", EnvVars: []string{"SLUICE_RULES_URL"}, Usage: "poll the rules from this HTTP(S) rules service (conditional GET) instead of a file"},
 			&cli.DurationFlag{Name: "rules-poll-interval", Value: def.RulesPollInterval, EnvVars: []string{"SLUICE_RULES_POLL_INTERVAL"}, Usage: "how often --rules-url is polled (failures back off exponentially)"},
@@ -74,6 +76,10 @@ func run(c *cli.Context) error {
 	s.SocketPath = c.String("socket")
 	if _, err := fmt.Sscanf(c.String("socket-mode"), "%o", &s.SocketMode); err != nil {
 		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0660", c.String("socket-mode"))
+	}
+	var err error
+	if s.AllowUIDs, s.AllowGIDs, err = allowLists(c); err != nil {
+		return err
 	}
 	s.RulesPath = c.String("rules")
 	s.RulesURL = c.String("rules-url")

@@ -256,6 +256,8 @@ func TestBadFlagsAndRulesExitNonZero(t *testing.T) {
 		{[]string{"--socket", filepath.Join(dir, "s"), "--log-level", "loud"}, "--log-level"},
 		{[]string{"--socket", filepath.Join(dir, "s"), "--socket-mode", "rw"}, "--socket-mode"},
 		{[]string{"--socket", filepath.Join(dir, "s"), "--max-batch", "0"}, "max batch"},
+		{[]string{"--socket", filepath.Join(dir, "s"), "--allow-uid", "no-such-user-q7"}, `--allow-uid "no-such-user-q7"`},
+		{[]string{"--socket", filepath.Join(dir, "s"), "--allow-gid", "4294967295"}, "allowed gid 4294967295"},
 	}
 	for _, tt := range tests {
 		out, err := exec.Command(binary, tt.args...).CombinedOutput()
