@@ -61,8 +61,8 @@ func TestDaemonPeerAllowList(t *testing.T) {
 				}
 			} else {
 				var e *ipc.Error
-				if !errors.As(err, &e) || e.Code != ipc.CodePeerNotAllowed {
-					t.Fatalf("dial: %v, want ERROR code %d", err, ipc.CodePeerNotAllowed)
+				if !errors.As(err, &e) || e.Code != ipc.CodePeerRefused {
+					t.Fatalf("dial: %v, want ERROR code %d", err, ipc.CodePeerRefused)
 				}
 			}
 

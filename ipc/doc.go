@@ -63,7 +63,7 @@
 // are not a valid message, an unknown message type, a failed handshake) and
 // the server closes the connection after sending it. A server that admits
 // only certain users (ServerConfig.AllowUIDs, AllowGIDs) may send ERROR
-// CodePeerNotAllowed as its first frame, without waiting for HELLO, to a
+// CodePeerRefused as its first frame, without waiting for HELLO, to a
 // client whose uid and gid are not allowed, and then closes the connection.
 // Codes are listed under ErrorCode.
 package ipc

@@ -32,7 +32,7 @@ func (cfg *ServerConfig) allows(p peerCred) bool {
 const refusedLinger = time.Second
 
 // admitPeer checks the peer against the allow-lists. A refused peer (or one
-// whose credentials cannot be read) is sent an ERROR CodePeerNotAllowed, and
+// whose credentials cannot be read) is sent an ERROR CodePeerRefused, and
 // false tells the caller to close the connection.
 func (sc *serverConn) admitPeer() bool {
 	p, err := readPeerCred(sc.conn)
@@ -48,7 +48,7 @@ func (sc *serverConn) admitPeer() bool {
 		msg = fmt.Sprintf("uid %d gid %d not allowed", p.UID, p.GID)
 	}
 	sc.s.stats.PeersRefused.Add(1)
-	sc.out = AppendError(sc.out, &Error{Code: CodePeerNotAllowed, Message: msg})
+	sc.out = AppendError(sc.out, &Error{Code: CodePeerRefused, Message: msg})
 	if sc.flush() == nil {
 		sc.linger()
 	}

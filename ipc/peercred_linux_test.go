@@ -77,8 +77,8 @@ func TestServerPeerAllowList(t *testing.T) {
 			}
 			e, err := DecodeError(body)
 			wantMsg := fmt.Sprintf("uid %d gid %d not allowed", uid, gid)
-			if err != nil || e.ID != 0 || e.Code != CodePeerNotAllowed || e.Message != wantMsg {
-				t.Fatalf("got %+v (%v), want id 0 code %d %q", e, err, CodePeerNotAllowed, wantMsg)
+			if err != nil || e.ID != 0 || e.Code != CodePeerRefused || e.Message != wantMsg {
+				t.Fatalf("got %+v (%v), want id 0 code %d %q", e, err, CodePeerRefused, wantMsg)
 			}
 			c.expectClosed()
 			st := ts.Stats()
@@ -183,7 +183,7 @@ func TestServerRefusesOtherUserKeepsServingAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client as uid %d: %v\n%s", nobody, err, out)
 	}
-	want := fmt.Sprintf("peer-result: code=%d closed=true msg=uid %d gid %d not allowed", CodePeerNotAllowed, nobody, nobody)
+	want := fmt.Sprintf("peer-result: code=%d closed=true msg=uid %d gid %d not allowed", CodePeerRefused, nobody, nobody)
 	if !strings.Contains(string(out), want) {
 		t.Fatalf("client as uid %d saw:\n%s\nwant %q", nobody, out, want)
 	}

@@ -86,18 +86,18 @@ type ErrorCode uint64
 // Error codes. Codes below 100 close the connection (sent with id 0); codes
 // from 100 refuse a single request.
 const (
-	CodeMalformed      ErrorCode = 1 // bytes that are not a valid message
-	CodeFrameTooLarge  ErrorCode = 2 // length prefix above max_frame
-	CodeBadVersion     ErrorCode = 3 // no common protocol version
-	CodeUnexpected     ErrorCode = 4 // unknown message type, or HELLO missing
-	CodeTooManyConns   ErrorCode = 5 // the server is at its connection cap
-	CodeShuttingDown   ErrorCode = 6 // the server is stopping
-	CodePeerNotAllowed ErrorCode = 7 // the peer's uid and gid are not on the server's allow-list
-	CodeBatchTooLarge  ErrorCode = 100
-	CodeKeyTooLong     ErrorCode = 101
-	CodeBadCost        ErrorCode = 102
-	CodeBadRequest     ErrorCode = 103 // empty key, empty batch, other invalid fields
-	CodeInternal       ErrorCode = 104
+	CodeMalformed     ErrorCode = 1 // bytes that are not a valid message
+	CodeFrameTooLarge ErrorCode = 2 // length prefix above max_frame
+	CodeBadVersion    ErrorCode = 3 // no common protocol version
+	CodeUnexpected    ErrorCode = 4 // unknown message type, or HELLO missing
+	CodeTooManyConns  ErrorCode = 5 // the server is at its connection cap
+	CodeShuttingDown  ErrorCode = 6 // the server is stopping
+	CodePeerRefused   ErrorCode = 7 // the peer's uid and gid are not on the server's allow-list
+	CodeBatchTooLarge ErrorCode = 100
+	CodeKeyTooLong    ErrorCode = 101
+	CodeBadCost       ErrorCode = 102
+	CodeBadRequest    ErrorCode = 103 // empty key, empty batch, other invalid fields
+	CodeInternal      ErrorCode = 104
 )
 
 // Error is an ERROR message, and the error type for refusals the server sends.

@@ -60,7 +60,7 @@ type ServerConfig struct {
 	// if the peer's uid is in AllowUIDs or its primary gid is in AllowGIDs
 	// (supplementary groups are not seen). Root is not implicitly allowed:
 	// list uid 0 if root's processes are clients. A refused peer is sent an
-	// ERROR CodePeerNotAllowed and the connection is closed. Both empty (the
+	// ERROR CodePeerRefused and the connection is closed. Both empty (the
 	// default): anyone the socket file's permissions let in is served.
 	// Linux only: elsewhere Serve fails with ErrPeerCredUnsupported.
 	AllowUIDs []uint32
