@@ -14,6 +14,10 @@ import (
 // ErrSocketInUse is returned by Listen when a live daemon already serves the path.
 var ErrSocketInUse = errors.New("socket in use by a running daemon")
 
+// maxSocketPath is the longest path a Unix socket address holds on Linux
+// (sun_path is 108 bytes, one of them the terminating NUL).
+const maxSocketPath = 107
+
 // Listen opens the Unix socket at path with the given permission bits.
 //
 // A socket file left behind by a daemon that died is replaced; a path on which
@@ -23,7 +27,13 @@ var ErrSocketInUse = errors.New("socket in use by a running daemon")
 // no moment at which it is reachable with looser permissions. Missing parent
 // directories are created (0755). Closing the listener does not remove the
 // file: the Server removes it on shutdown, and only if it is still its own.
+// A path too long for a socket address is refused before anything is made.
 func Listen(path string, mode fs.FileMode) (*net.UnixListener, error) {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+strconv.Itoa(os.Getpid()))
+	if len(tmp) > maxSocketPath {
+		return nil, fmt.Errorf("listen %s: path too long: a Unix socket address holds %d bytes, and this path (with the temporary name it is created under) needs %d; choose a shorter --socket",
+			path, maxSocketPath, len(tmp))
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("listen %s: create directory: %w", path, err)
 	}
@@ -40,7 +50,6 @@ func Listen(path string, mode fs.FileMode) (*net.UnixListener, error) {
 			return nil, fmt.Errorf("listen %s: remove stale socket: %w", path, err)
 		}
 	}
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+strconv.Itoa(os.Getpid()))
 	_ = os.Remove(tmp)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {

@@ -248,11 +248,16 @@ func TestBadFlagsAndRulesExitNonZero(t *testing.T) {
 	dir := tempDir(t)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  r:\n    rate: nope\n"), 0o600)
+	notDir := filepath.Join(dir, "plain-file") // a socket directory that cannot be made
+	os.WriteFile(notDir, nil, 0o600)
+	long := filepath.Join(dir, strings.Repeat("d", 120), "s.sock") // beyond a Unix socket address
 	tests := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--socket", filepath.Join(dir, "s"), "--rules", bad}, "bad.yaml:3:11: rules.r.rate"},
+		{[]string{"--socket", filepath.Join(notDir, "d.sock")}, "not a directory"},
+		{[]string{"--socket", long}, "path too long"},
 		{[]string{"--socket", filepath.Join(dir, "s"), "--log-level", "loud"}, "--log-level"},
 		{[]string{"--socket", filepath.Join(dir, "s"), "--socket-mode", "rw"}, "--socket-mode"},
 		{[]string{"--socket", filepath.Join(dir, "s"), "--max-batch", "0"}, "max batch"},
