@@ -138,6 +138,20 @@ func splitHostPort(s string, defaultPort int) (string, int, error) {
 
 // loadKeyring reads a JSON list of base64 keys; the first is used to encrypt.
 func loadKeyring(path string) (*memberlist.Keyring, error) {
+	keys, err := readKeys(path)
+	if err != nil {
+		return nil, err
+	}
+	kr, err := memberlist.NewKeyring(keys, keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("load keyring %s: %w", path, err)
+	}
+	return kr, nil
+}
+
+// readKeys reads a keyring file: a JSON list of base64 keys, the first primary.
+// Errors name the file and the key's position, never a key.
+func readKeys(path string) ([][]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load keyring: %w", err)
@@ -152,11 +166,27 @@ func loadKeyring(path string) (*memberlist.Keyring, error) {
 			return nil, fmt.Errorf("load keyring %s: key %d: %w", path, i, err)
 		}
 	}
-	kr, err := memberlist.NewKeyring(keys, keys[0])
-	if err != nil {
-		return nil, fmt.Errorf("load keyring %s: %w", path, err)
+	return keys, nil
+}
+
+// reloadKeyring re-reads the keyring file into the running gossip, so keys
+// rotate without a restart (see gossip.Syncer.SetKeys). A bad file changes
+// nothing. Logs name the file and how many keys, never a key.
+func (d *Daemon) reloadKeyring() error {
+	path := d.settings.Cluster.KeyringFile
+	if path == "" || d.syncer == nil {
+		return nil
 	}
-	return kr, nil
+	keys, err := readKeys(path)
+	if err == nil {
+		err = d.syncer.SetKeys(keys)
+	}
+	if err != nil {
+		d.log.Error("keyring reload failed; keeping the keys in use", "path", path, "error", err)
+		return fmt.Errorf("reload keyring: %w", err)
+	}
+	d.log.Info("gossip keyring reloaded", "path", path, "keys", len(keys))
+	return nil
 }
 
 // DecodeKey decodes a base64 gossip key of 16, 24 or 32 bytes.

@@ -16,7 +16,18 @@ import (
 // service that cannot be reached changes nothing either. Buckets of rules
 // that still exist keep their balances, rescaled where the limit changed.
 // With neither file nor URL (embedded defaults) there is nothing to re-read.
+// In a cluster started with a keyring file, the keyring is re-read too, so
+// gossip keys rotate without a restart.
 func (d *Daemon) Reload() error {
+	kerr := d.reloadKeyring()
+	if err := d.reloadRules(); err != nil {
+		return err
+	}
+	return kerr
+}
+
+// reloadRules is Reload's rules half.
+func (d *Daemon) reloadRules() error {
 	var rules *config.Rules
 	var err error
 	switch {

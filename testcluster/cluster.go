@@ -2,6 +2,8 @@ package testcluster
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -35,6 +37,9 @@ type Options struct {
 	PushPullInterval time.Duration
 	// Key encrypts gossip (16, 24 or 32 bytes). Default: none.
 	Key []byte
+	// Keyring, if set instead of Key, gives every node a keyring file with
+	// these keys (the first primary), which SetKeyring rewrites and reloads.
+	Keyring [][]byte
 	// Faults disturb every node's outgoing packets.
 	Faults Faults
 	// Now is the clock every node decides with. Default: the real clock.
@@ -146,6 +151,39 @@ func (c *Cluster) rulesPath(i int) string {
 	return filepath.Join(c.dir, "rules-"+strconv.Itoa(i)+".yaml")
 }
 
+// keyringPath is node i's keyring file.
+func (c *Cluster) keyringPath(i int) string {
+	return filepath.Join(c.dir, "keyring-"+strconv.Itoa(i)+".json")
+}
+
+func (c *Cluster) writeKeyring(i int, keys [][]byte) error {
+	encoded := make([]string, len(keys))
+	for j, k := range keys {
+		encoded[j] = base64.StdEncoding.EncodeToString(k)
+	}
+	data, err := json.Marshal(encoded)
+	if err == nil {
+		err = os.WriteFile(c.keyringPath(i), data, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("testcluster: keyring: %w", err)
+	}
+	return nil
+}
+
+// SetKeyring gives node i a new keyring (the first key primary) and reloads
+// it while the node runs, as an operator rotating gossip keys would.
+func (c *Cluster) SetKeyring(i int, keys [][]byte) error {
+	if err := c.writeKeyring(i, keys); err != nil {
+		return err
+	}
+	d := c.nodes[i].Daemon()
+	if d == nil {
+		return fmt.Errorf("testcluster: node %d is not running", i)
+	}
+	return d.Reload()
+}
+
 // SetRules gives node i new rules and reloads them, as an operator editing
 // one host's file would; the nodes' rules then differ until they agree again.
 func (c *Cluster) SetRules(i int, rules string) error {
@@ -176,6 +214,14 @@ func (n *Node) start(join []string) error {
 		PushPullInterval: c.opts.PushPullInterval,
 		Key:              c.opts.Key,
 		Label:            "testcluster",
+	}
+	if len(c.opts.Keyring) > 0 {
+		if _, err := os.Stat(c.keyringPath(n.Index)); err != nil { // a restart keeps a rotated ring
+			if err := c.writeKeyring(n.Index, c.opts.Keyring); err != nil {
+				return err
+			}
+		}
+		s.Cluster.KeyringFile = c.keyringPath(n.Index)
 	}
 	var ft *faultTransport
 	d, err := daemon.New(daemon.Config{

@@ -1,10 +1,15 @@
 package testcluster
 
 import (
+	"bytes"
+	"encoding/base64"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
 
@@ -90,4 +95,79 @@ func TestMemberCensusSeesACrash(t *testing.T) {
 		}
 		return s.Suspect+s.Dead >= 1 && s.Alive == 2 && gone
 	}, census)
+}
+
+// Gossip keys rotate while the cluster runs: add the new key everywhere,
+// make it primary everywhere, drop the old one everywhere. After every step
+// the three nodes are still members and an admission on one still reaches
+// the others; at the end a node holding only the old key can no longer talk
+// to them.
+func TestGossipKeyRotationWithoutDowntime(t *testing.T) {
+	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	logs := &syncBuffer{}
+	c := start(t, Options{N: 3, Rules: "rules:\n  slow:\n    rate: 4/1h\n", GossipInterval: 10 * time.Millisecond, PushPullInterval: 200 * time.Millisecond,
+		Keyring: [][]byte{oldKey}, Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace})})
+	if err := c.WaitMembers(3, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	gossipFlows := func(step string, key string) {
+		t.Helper()
+		if d := c.Allow(0, "slow", key, 1); !d.Allowed || d.FailedOpen {
+			t.Fatalf("%s: node 0 did not admit: %+v", step, d)
+		}
+		if err := c.WaitBalances("slow", key, 20*time.Second, func(_ int, b float64) bool { return b < 3.01 }); err != nil {
+			t.Fatalf("%s: the admission did not reach every node: %v", step, err)
+		}
+		for i := range 3 {
+			if n := c.Node(i).Daemon().Syncer().NumAlive(); n != 3 {
+				t.Fatalf("%s: node %d sees %d members", step, i, n)
+			}
+		}
+	}
+	gossipFlows("before", "k0")
+	for step, keys := range [][][]byte{{oldKey, newKey}, {newKey, oldKey}, {newKey}} {
+		for i := range 3 { // one node at a time, as a rollout would
+			if err := c.SetKeyring(i, keys); err != nil {
+				t.Fatalf("step %d, node %d: %v", step, i, err)
+			}
+		}
+		gossipFlows(fmt.Sprint("after step ", step+1), fmt.Sprint("k", step+1))
+	}
+	for i := range 3 {
+		if got := c.Node(i).Daemon().Syncer().Keys(); len(got) != 1 || !bytes.Equal(got[0], newKey) {
+			t.Fatalf("node %d keyring after rotation: %d keys", i, len(got))
+		}
+	}
+	for _, k := range [][]byte{oldKey, newKey} {
+		for _, secret := range []string{base64.StdEncoding.EncodeToString(k), string(k), fmt.Sprintf("%x", k), fmt.Sprint(k)} {
+			if strings.Contains(logs.String(), secret) {
+				t.Fatalf("a gossip key appears in the logs")
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "gossip keyring reloaded") {
+		t.Fatal("the keyring reloads were not logged")
+	}
+	stale := start(t, Options{N: 1, Rules: "rules:\n  slow:\n    rate: 4/1h\n", Keyring: [][]byte{oldKey}})
+	if n, err := stale.Node(0).Daemon().Syncer().Join([]string{c.Node(0).Addr()}); n != 0 || err == nil {
+		t.Fatalf("a node with only the retired key joined: %d answered, err %v", n, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer several goroutines may write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
