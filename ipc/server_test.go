@@ -417,3 +417,46 @@ func TestServerTakesReportsFromVersion2ClientsOnly(t *testing.T) {
 		t.Errorf("a version 1 connection's REPORT was counted: %d", fo)
 	}
 }
+
+// A client that sends requests and never reads the replies fills the
+// socket's buffers; the server closes it after WriteTimeout instead of
+// holding a goroutine and its buffers forever, and serves everyone else
+// meanwhile.
+func TestServerClosesClientsThatNeverRead(t *testing.T) {
+	ts := startServer(t, ServerConfig{WriteTimeout: 100 * time.Millisecond})
+	hog := dialRaw(t, ts.path)
+	hog.hello()
+	var batch []byte
+	for id := uint64(1); id <= 1000; id++ {
+		batch = AppendRequest(batch, id, []Check{check("api", "k")})
+	}
+	sendErr := make(chan error, 1)
+	go func() {
+		// Bounded: at most 2,000 batches (2M requests, far more replies
+		// than any socket buffers) or until the server hangs up.
+		for range 2000 {
+			hog.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := hog.conn.Write(batch); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+		sendErr <- nil
+	}()
+
+	ok := dialRaw(t, ts.path)
+	ok.hello()
+	ok.send(AppendRequest(nil, 1, []Check{check("api", "other")}))
+	ok.expectReply(1, true) // served while the hog is stuck
+
+	select {
+	case err := <-sendErr:
+		if err == nil {
+			t.Fatal("the server kept taking requests from a client that never reads")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not close a client that never reads")
+	}
+	ok.send(AppendRequest(nil, 2, []Check{check("api", "other")}))
+	ok.expectReply(2, true)
+}
