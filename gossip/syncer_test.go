@@ -208,3 +208,29 @@ func TestMergeStateAdoptsWithoutDoubleCounting(t *testing.T) {
 		}
 	}
 }
+
+// A second node claiming a member's name from another address does not take
+// its place: memberlist refuses the conflicting claim, the real member stays,
+// and counters from the real one keep arriving.
+func TestDuplicateNodeNameDoesNotDisplaceTheMember(t *testing.T) {
+	la, lb := newMemLedger(), newMemLedger()
+	a := newTestSyncer(t, "a", nil, la)
+	b := newTestSyncer(t, "b", nil, lb)
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a and b see each other", func() bool { return a.NumAlive() == 2 && b.NumAlive() == 2 })
+	impostor := newTestSyncer(t, "b", nil, newMemLedger()) // same name, another port
+	impostor.Join([]string{a.Addr()})                     // refused or ignored: either way b stays
+
+	lb.add(Counter{Rule: "r", Key: "k", Epoch: 1, Used: 3})
+	waitFor(t, "the real b's counter reaches a", func() bool { return la.get("r/k") == 3 })
+	for _, m := range a.Members() {
+		if m.Name == "b" && m.State == "alive" && m.Addr != b.Addr() {
+			t.Fatalf("a now knows b at the impostor's address %s (real %s)", m.Addr, b.Addr())
+		}
+	}
+	if n := a.NumAlive(); n != 2 {
+		t.Fatalf("a sees %d members, want 2", n)
+	}
+}
