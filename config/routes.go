@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -106,6 +107,10 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 		if e := rt.Elastic; e != nil && (e.Extra <= 0 || e.MaxP99 <= 0 || e.MaxErrorRate < 0) {
 			return nil, fmt.Errorf("invalid routes %s: route %s: elastic needs extra and max_p99 above zero", source, rt.Match)
 		}
+		// YAML's .nan and .inf pass the comparisons above.
+		if e := rt.Elastic; e != nil && (!finite(e.Extra) || !finite(e.MaxErrorRate)) {
+			return nil, fmt.Errorf("invalid routes %s: route %s: elastic extra and max_error_rate must be finite numbers", source, rt.Match)
+		}
 	}
 	for _, h := range r.Headers {
 		if h != "legacy" && h != "draft" {
@@ -114,3 +119,5 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 	}
 	return &r, nil
 }
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

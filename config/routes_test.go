@@ -44,6 +44,9 @@ routes:
 		{"headers: [fancy]\n", "not legacy or draft"},
 		{"routes:\n  - match: /\n    shape: {max_wait: 1s}\n", "max_queue"},
 		{"routes:\n  - match: /\n    elastic: {extra: 0.5}\n", "max_p99"},
+		{"routes:\n  - match: /\n    elastic: {extra: .nan, max_p99: 1s}\n", "finite"},
+		{"routes:\n  - match: /\n    elastic: {extra: .inf, max_p99: 1s}\n", "finite"},
+		{"routes:\n  - match: /\n    elastic: {extra: 0.5, max_p99: 1s, max_error_rate: .nan}\n", "finite"},
 	} {
 		if _, err := ParseProxyRoutes("routes.yaml", []byte(tt.src)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: err %v, want it to mention %q", tt.src, err, tt.want)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -286,7 +287,7 @@ func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 	}
 	if v := f["soft_percent"]; v != nil {
 		pct, err := strconv.ParseFloat(v.Value, 64)
-		if err != nil || pct < 0 || pct > 1000 {
+		if err != nil || !(pct >= 0 && pct <= 1000) { // NaN fails both comparisons
 			p.fail(v, path+".soft_percent", "must be a number from 0 to 1000, got %q", v.Value)
 			return nil
 		}
@@ -343,6 +344,9 @@ func (p *parser) limit(rateNode, burstNode *yaml.Node, path string) (bucket.Limi
 	return lim, true
 }
 
+// maxPeriodDays is the most days a time.Duration can hold.
+const maxPeriodDays = math.MaxInt64 / int64(24*time.Hour)
+
 // ParseRate parses "COUNT/PERIOD": a positive whole count and a period that is
 // a Go duration ("1s", "500ms", "1h30m") or a bare unit ("s", "m", "h", "d" or
 // "second", "minute", "hour", "day"), e.g. "100/1s", "5000/1h", "10/m".
@@ -367,8 +371,13 @@ func ParseRate(s string) (count int64, period time.Duration, err error) {
 		period = 24 * time.Hour
 	default:
 		if d, ok := strings.CutSuffix(ps, "d"); ok {
-			days, derr := strconv.Atoi(d)
+			days, derr := strconv.ParseInt(d, 10, 64)
 			if derr == nil && days > 0 {
+				// A duration holds about 292 years: more days would wrap
+				// around to a wrong (even short) period.
+				if days > maxPeriodDays {
+					return 0, 0, fmt.Errorf("rate %q: period longer than %d days", s, maxPeriodDays)
+				}
 				period = time.Duration(days) * 24 * time.Hour
 				break
 			}

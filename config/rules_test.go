@@ -116,6 +116,12 @@ func TestParseRate(t *testing.T) {
 		{"1/0s", 0, 0, false},
 		{"a/s", 0, 0, false},
 		{"1/", 0, 0, false},
+		{"1/106751d", 1, 106751 * 24 * time.Hour, true},
+		// Found by FuzzParseRate: days beyond a Duration's range wrapped
+		// around, to a negative period or to a short one (213504 days
+		// became 25 minutes).
+		{"1/106752d", 0, 0, false},
+		{"1/213504d", 0, 0, false},
 	}
 	for _, tt := range tests {
 		c, p, err := ParseRate(tt.in)
@@ -173,7 +179,7 @@ func TestShadowAndSoftFields(t *testing.T) {
 	if err != nil || !r.ByName["a"].Shadow || r.ByName["a"].SoftPercent != 25 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	for _, src := range []string{"rules:\n  a:\n    rate: 1/s\n    shadow: maybe\n", "rules:\n  a:\n    rate: 1/s\n    soft_percent: -5\n"} {
+	for _, src := range []string{"rules:\n  a:\n    rate: 1/s\n    shadow: maybe\n", "rules:\n  a:\n    rate: 1/s\n    soft_percent: -5\n", "rules:\n  a:\n    rate: 1/s\n    soft_percent: NaN\n"} {
 		if _, err := ParseRules("r.yaml", []byte(src)); err == nil || !strings.Contains(err.Error(), "r.yaml:4:") {
 			t.Errorf("%q: %v", src, err)
 		}
