@@ -221,7 +221,7 @@ func TestDuplicateNodeNameDoesNotDisplaceTheMember(t *testing.T) {
 	}
 	waitFor(t, "a and b see each other", func() bool { return a.NumAlive() == 2 && b.NumAlive() == 2 })
 	impostor := newTestSyncer(t, "b", nil, newMemLedger()) // same name, another port
-	impostor.Join([]string{a.Addr()})                     // refused or ignored: either way b stays
+	impostor.Join([]string{a.Addr()})                      // refused or ignored: either way b stays
 
 	lb.add(Counter{Rule: "r", Key: "k", Epoch: 1, Used: 3})
 	waitFor(t, "the real b's counter reaches a", func() bool { return la.get("r/k") == 3 })
