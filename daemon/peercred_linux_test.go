@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,23 +31,9 @@ func TestDaemonPeerAllowList(t *testing.T) {
 		{"neither listed", []uint32{uid + 1}, []uint32{gid + 1}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			dir, err := os.MkdirTemp("", "dm")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
 			s := config.DefaultSettings()
-			s.SocketPath = filepath.Join(dir, "d.sock")
 			s.AllowUIDs, s.AllowGIDs = tt.uids, tt.gids
-			d, err := New(Config{Settings: s})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			ran := make(chan error, 1)
-			go func() { ran <- d.Run(ctx) }()
-			defer func() { cancel(); <-ran }()
-			<-d.Ready()
+			d := runDaemon(t, s)
 
 			c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: d.SocketPath(), Timeout: 5 * time.Second})
 			if tt.admit {
