@@ -410,3 +410,72 @@ func TestBuiltInProxy(t *testing.T) {
 		t.Fatalf("codes %d %d, want 200 429 (2/1h by client IP)", a, b)
 	}
 }
+
+// SIGTERM while clients are busy: the daemon answers what it has received,
+// tells its clients it is going (they fail open at once, none waits out its
+// deadline), leaves the cluster (its peer hears of it at once, not after
+// the seconds failure detection takes), and exits 0.
+func TestSigtermUnderLoadAnswersClientsAndLeaves(t *testing.T) {
+	dir := tempDir(t)
+	portA, portB := freePort(t), freePort(t)
+	sockA := filepath.Join(dir, "a.sock")
+	pa := startDaemon(t, "--socket", sockA, "--bind", "127.0.0.1:"+portA, "--node-name", "a", "--admin-addr", "")
+	pb := startDaemon(t, "--socket", filepath.Join(dir, "b.sock"), "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
+		"--node-name", "b", "--admin-addr", "")
+	eventually(t, "b joins a", func() bool { return strings.Contains(pa.stderr.String(), "member joined: name=b") })
+	c := clientlib.New(clientlib.Options{SocketPath: sockA, Timeout: 2 * time.Second, ReconnectMin: 5 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
+	defer c.Close()
+	eventually(t, "the client connects", c.Up)
+
+	// 8 callers, bounded in count and time, until told to stop.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	giveUp := time.Now().Add(60 * time.Second)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5_000_000 && time.Now().Before(giveUp); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.Allow(context.Background(), "default", fmt.Sprint("k", i%50))
+			}
+		}()
+	}
+	eventually(t, "a decides some of the load", func() bool { return c.Stats().Decisions > 1000 })
+	sent := time.Now()
+	pa.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-pa.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, pa.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit within 15s of SIGTERM")
+	}
+	pa.exited <- nil // for the cleanup
+	exitedAfter := time.Since(sent)
+	eventually(t, "b hears that a left", func() bool { return strings.Contains(pb.stderr.String(), "member left or died: name=a") })
+	leftAfter := time.Since(sent)
+	eventually(t, "calls fail open once a is gone", func() bool { return c.Stats().FailedOpen > 0 })
+	close(stop)
+	wg.Wait()
+
+	s := c.Stats()
+	if s.Timeouts != 0 {
+		t.Errorf("%d calls waited out their deadline: the shutdown left requests unanswered", s.Timeouts)
+	}
+	if strings.Contains(pa.stderr.String(), "leaving the cluster") {
+		t.Errorf("a could not leave the cluster cleanly:\n%s", pa.stderr.String())
+	}
+	// memberlist declares a silent member dead only after its suspicion
+	// timeout (about 5 s here); a graceful leave is heard at once.
+	if leftAfter > 4*time.Second {
+		t.Errorf("b heard of a's departure %s after SIGTERM: that is failure detection, not a leave", leftAfter)
+	}
+	t.Logf("SIGTERM under load: exited after %s, peer heard the leave after %s; client %+v",
+		exitedAfter.Round(time.Millisecond), leftAfter.Round(time.Millisecond), s)
+}
