@@ -239,3 +239,72 @@ func TestGracefulLeaveAndMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Five nodes under a steady load: a node crashes mid-load and the others
+// keep the cluster-wide limit; it restarts and rejoins; then the cluster is
+// partitioned 3 | 2 under load, each side holds the limit on its own, and
+// after healing all five are members again and consumption reaches them all.
+func TestFiveNodesCrashAndPartitionUnderLoad(t *testing.T) {
+	c := start(t, Options{N: 5, GossipInterval: 20 * time.Millisecond, PushPullInterval: 500 * time.Millisecond,
+		Rules: "rules:\n  api:\n    rate: 100/1s\n  slow:\n    rate: 10/1m\n"})
+	if err := c.WaitMembers(5, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	within := func(what string, got, limit int) {
+		t.Helper()
+		t.Logf("%s: admitted %d, the limit allows %d", what, got, limit)
+		if float64(got) < 0.9*float64(limit) || float64(got) > 1.15*float64(limit) {
+			t.Errorf("%s: admitted %d, want within -10%%/+15%% of %d", what, got, limit)
+		}
+	}
+
+	// 1. A crash under load: 400/s offered over five nodes for 3 s, node 4
+	// killed after the first second. The limit is 100 burst + 100/s.
+	const secs = 3
+	crashed := make(chan error, 1)
+	go func() {
+		<-time.After(time.Second)
+		crashed <- c.Crash(4)
+	}()
+	admitted := drive(c, "api", "crash-key", []int{100, 100, 100, 50, 50}, secs*time.Second)
+	if err := <-crashed; err != nil {
+		t.Fatal(err)
+	}
+	within("five nodes, one crashing", admitted, 100+100*secs)
+	if d := c.Allow(4, "api", "crash-key", 1); !d.FailedOpen {
+		t.Errorf("a call to the crashed node was decided: %+v", d)
+	}
+	if err := c.Restart(4); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitMembers(5, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. A partition under load: {0,1,2} | {3,4}, each side offered 300/s.
+	c.Partition([]int{0, 1, 2}, []int{3, 4})
+	if err := poll(30*time.Second, func() bool {
+		return c.Node(0).Daemon().Syncer().NumAlive() == 3 && c.Node(3).Daemon().Syncer().NumAlive() == 2
+	}, func() string { return "the sides to declare each other dead" }); err != nil {
+		t.Fatal(err)
+	}
+	var big, small int
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); big = drive(c, "api", "split-key", []int{100, 100, 100, 0, 0}, secs*time.Second) }()
+	go func() { defer wg.Done(); small = drive(c, "api", "split-key", []int{0, 0, 0, 150, 150}, secs*time.Second) }()
+	wg.Wait()
+	within("three-node side", big, 100+100*secs)
+	within("two-node side", small, 100+100*secs)
+
+	c.Heal()
+	if err := c.WaitMembers(5, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		c.Allow(3, "slow", "after-heal", 1)
+	}
+	if err := c.WaitBalances("slow", "after-heal", 15*time.Second, func(_ int, b float64) bool { return b < 5.1 }); err != nil {
+		t.Fatal(err)
+	}
+}
