@@ -479,3 +479,37 @@ func TestSigtermUnderLoadAnswersClientsAndLeaves(t *testing.T) {
 	t.Logf("SIGTERM under load: exited after %s, peer heard the leave after %s; client %+v",
 		exitedAfter.Round(time.Millisecond), leftAfter.Round(time.Millisecond), s)
 }
+
+// A full disk at start-up: the daemon says so and exits non-zero, whether
+// the socket's directory cannot be made or the socket itself cannot. The
+// test mounts a tmpfs with room for a single inode, so it needs root (and
+// the right to mount); elsewhere it skips.
+func TestDiskFullAtStartExitsWithClearError(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a full filesystem")
+	}
+	for _, tt := range []struct {
+		name  string
+		mkdir bool // the socket's directory exists, so the socket is what cannot be made
+	}{{"directory cannot be made", false}, {"socket cannot be made", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			mnt := tempDir(t)
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=2", "tmpfs", mnt).CombinedOutput(); err != nil {
+				t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+			}
+			t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+			sockDir := filepath.Join(mnt, "run")
+			filler := filepath.Join(mnt, "filler")
+			if tt.mkdir {
+				filler = sockDir
+			}
+			if err := os.Mkdir(filler, 0o755); err != nil { // takes the last free inode
+				t.Fatal(err)
+			}
+			out, err := exec.Command(binary, "--socket", filepath.Join(sockDir, "d.sock"), "--admin-addr", "").CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "no space left on device") {
+				t.Fatalf("sluiced on a full disk: err %v, output %q", err, out)
+			}
+		})
+	}
+}
