@@ -10,8 +10,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -459,4 +461,57 @@ func TestServerClosesClientsThatNeverRead(t *testing.T) {
 	}
 	ok.send(AppendRequest(nil, 2, []Check{check("api", "other")}))
 	ok.expectReply(2, true)
+}
+
+// A slow-loris crowd: a thousand connections that never send take every
+// slot, so for the handshake timeout new clients are refused (promptly,
+// with ERROR, never left hanging); then the silent ones are closed, the
+// slots and goroutines come back, and clients are served again.
+func TestServerSurvivesAThousandSilentConnections(t *testing.T) {
+	const crowd = 1000
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < 2*crowd+200 {
+		t.Skipf("needs %d file descriptors (limit %d)", 2*crowd+200, lim.Cur)
+	}
+	ts := startServer(t, ServerConfig{MaxConns: crowd, HandshakeTimeout: 2 * time.Second})
+	before := runtime.NumGoroutine()
+	silent := make([]net.Conn, 0, crowd)
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range crowd {
+		c, err := net.Dial("unix", ts.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	pollUntil(t, "the crowd fills every slot", func() bool { return ts.Stats().Active.Load() == crowd })
+	late := dialRaw(t, ts.path)
+	late.expectError(0, CodeTooManyConns) // refused at once, not queued
+	late.expectClosed()
+
+	pollUntil(t, "the silent connections are closed", func() bool { return ts.Stats().Active.Load() == 0 })
+	c := dialRaw(t, ts.path)
+	c.hello()
+	c.send(AppendRequest(nil, 1, []Check{check("api", "k")}))
+	c.expectReply(1, true)
+	pollUntil(t, "the goroutines are given back", func() bool { return runtime.NumGoroutine() <= before+10 })
+}
+
+// pollUntil checks cond every few milliseconds, failing the test after 10s.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out after 10s waiting until %s", what)
+		case <-tick.C:
+		}
+	}
 }
