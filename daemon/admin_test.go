@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon/adminapi"
 	"github.com/sluicelabs/sluice/ipc"
@@ -229,5 +231,26 @@ func TestPprofOnlyWhenAskedFor(t *testing.T) {
 	}
 	if w := get(t, d.AdminHandler(), "/debug/pprof/goroutine?debug=1"); w.Code != 200 || !strings.Contains(w.Body.String(), "goroutine profile") {
 		t.Errorf("pprof with --pprof: %d %.80s", w.Code, w.Body.String())
+	}
+}
+
+// A peer (one that holds the gossip key, so it is trusted) reporting an
+// absurd counter cannot overflow anything: the charge is capped at MaxCost
+// tokens, the balance stays finite, other keys are untouched, and the
+// daemon goes on deciding.
+func TestAbsurdPeerCountersAreBounded(t *testing.T) {
+	d, _, _ := newDaemon(t, testRules)
+	peer := ledger{d}
+	peer.Charge("four", "victim", math.MaxUint64)
+	peer.Charge("four", "victim", math.MaxUint64)
+	b, _ := d.Balance("four", "victim")
+	if math.IsNaN(b) || math.IsInf(b, 0) || b < -2*float64(bucket.MaxCost)-4 || b > -float64(bucket.MaxCost) {
+		t.Fatalf("balance after two absurd charges: %v", b)
+	}
+	if ok, _ := decide(t, d, checks("four", "victim")); ok {
+		t.Fatal("the victim key was admitted")
+	}
+	if ok, r := decide(t, d, checks("four", "bystander")); !ok || r[0].Remaining != 3 {
+		t.Fatalf("another key was affected: %+v", r)
 	}
 }
