@@ -193,31 +193,15 @@ func TestKill9FailsOpenThenRestartReplacesStaleSocket(t *testing.T) {
 	eventually(t, "the client connects", c.Up)
 
 	// Load from 8 callers until told to stop, bounded in count and time.
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	worst := time.Duration(0)
-	stop := make(chan struct{})
-	giveUp := time.Now().Add(60 * time.Second)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 5_000_000 && time.Now().Before(giveUp); i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				if d := c.Allow(context.Background(), "default", "load"); d.FailedOpen {
-					el := time.Since(start)
-					mu.Lock()
-					worst = max(worst, el)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
+	stopLoad := loadCallers(c, 8, func(_ int, took time.Duration, d clientlib.Decision) {
+		if d.FailedOpen {
+			mu.Lock()
+			worst = max(worst, took)
+			mu.Unlock()
+		}
+	})
 	eventually(t, "the daemon has decided some of the load", func() bool { return c.Stats().Decisions > 500 })
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.exited
@@ -233,8 +217,7 @@ func TestKill9FailsOpenThenRestartReplacesStaleSocket(t *testing.T) {
 	eventually(t, "the client reconnects and the load is decided again", func() bool {
 		return c.Stats().Decisions > decidedBefore+500
 	})
-	close(stop)
-	wg.Wait()
+	stopLoad()
 	mu.Lock()
 	defer mu.Unlock()
 	// Fail-open calls return within the deadline plus scheduling slack.
@@ -427,24 +410,7 @@ func TestSigtermUnderLoadAnswersClientsAndLeaves(t *testing.T) {
 	defer c.Close()
 	eventually(t, "the client connects", c.Up)
 
-	// 8 callers, bounded in count and time, until told to stop.
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	giveUp := time.Now().Add(60 * time.Second)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 5_000_000 && time.Now().Before(giveUp); i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c.Allow(context.Background(), "default", fmt.Sprint("k", i%50))
-			}
-		}()
-	}
+	stopLoad := loadCallers(c, 8, nil)
 	eventually(t, "a decides some of the load", func() bool { return c.Stats().Decisions > 1000 })
 	sent := time.Now()
 	pa.cmd.Process.Signal(syscall.SIGTERM)
@@ -461,8 +427,7 @@ func TestSigtermUnderLoadAnswersClientsAndLeaves(t *testing.T) {
 	eventually(t, "b hears that a left", func() bool { return strings.Contains(pb.stderr.String(), "member left or died: name=a") })
 	leftAfter := time.Since(sent)
 	eventually(t, "calls fail open once a is gone", func() bool { return c.Stats().FailedOpen > 0 })
-	close(stop)
-	wg.Wait()
+	stopLoad()
 
 	s := c.Stats()
 	if s.Timeouts != 0 {
@@ -512,4 +477,33 @@ func TestDiskFullAtStartExitsWithClearError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loadCallers runs n goroutines asking c for decisions (rule "default", 50
+// keys) back to back, each bounded to 5M calls and 60 s, handing each call's
+// duration and decision to observe if it is set. The returned function stops
+// them and waits for them.
+func loadCallers(c *clientlib.Client, n int, observe func(caller int, took time.Duration, d clientlib.Decision)) (stop func()) {
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	giveUp := time.Now().Add(60 * time.Second)
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5_000_000 && time.Now().Before(giveUp); i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				start := time.Now()
+				d := c.Allow(context.Background(), "default", fmt.Sprint("k", i%50))
+				if observe != nil {
+					observe(g, time.Since(start), d)
+				}
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
 }
