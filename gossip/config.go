@@ -61,6 +61,10 @@ type Config struct {
 
 	// MaxSeen caps the (origin, rule, key) counters remembered. Default 1<<20.
 	MaxSeen int
+	// SeenTTL is how often counters no packet has mentioned since the last
+	// time are forgotten: an idle key's counters go after one to two SeenTTL.
+	// Default 1 minute.
+	SeenTTL time.Duration
 	// MaxPending caps counters waiting to be sent. Default 1<<18.
 	MaxPending int
 
@@ -121,6 +125,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Label == "" {
 		c.Label = DefaultLabel
+	}
+	if c.SeenTTL <= 0 {
+		c.SeenTTL = time.Minute
 	}
 	if c.MaxSeen <= 0 {
 		c.MaxSeen = 1 << 20

@@ -61,7 +61,11 @@ type pendingCounter struct {
 }
 
 // seenRange is the part [lo, hi] of an origin's counter already charged here.
-type seenRange struct{ epoch, lo, hi uint64 }
+// touched says a counter for it arrived since the last prune.
+type seenRange struct {
+	epoch, lo, hi uint64
+	touched       bool
+}
 
 // Stats counts a syncer's traffic; read it with Stats.
 type Stats struct {
@@ -70,6 +74,7 @@ type Stats struct {
 	PacketsReceived, BytesReceived atomic.Uint64
 	BadPackets                     atomic.Uint64 // peers' packets that failed to decode
 	TokensCharged                  atomic.Uint64 // tokens charged here on peers' behalf
+	SeenPruned                     atomic.Uint64 // idle counters forgotten
 	StatesMerged                   atomic.Uint64
 }
 
@@ -132,9 +137,10 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 // Start begins gossiping and, if peers were given, joining them in the
 // background (retrying with backoff until one answers).
 func (s *Syncer) Start() {
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.every(s.cfg.GossipInterval, s.round)
 	go s.every(s.cfg.ReconnectInterval, s.reconnect)
+	go s.every(s.cfg.SeenTTL, s.pruneSeen)
 	if len(s.cfg.Join) > 0 {
 		s.wg.Add(1)
 		go s.joinLoop()
@@ -460,12 +466,15 @@ func (s *Syncer) queueLocked(origin string, c Counter, transmits int) {
 func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool) {
 	k := counterKey{origin, c.Rule, c.Key}
 	sr := s.seen[k]
+	if sr != nil {
+		sr.touched = true
+	}
 	switch {
 	case sr == nil:
 		s.rememberLocked(k, seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used})
 		return c.Used - c.Prev, true
 	case c.Epoch > sr.epoch:
-		*sr = seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used}
+		*sr = seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used, touched: true}
 		return c.Used - c.Prev, true
 	case c.Epoch < sr.epoch:
 		return 0, false
@@ -609,7 +618,28 @@ func (s *Syncer) rememberLocked(k counterKey, r seenRange) {
 			break
 		}
 	}
+	r.touched = true
 	s.seen[k] = &r
+}
+
+// pruneSeen forgets the counters no packet has mentioned since the previous
+// prune, so the table holds the keys in use rather than every key ever seen
+// (up to MaxSeen). Forgetting is safe: a counter heard again after it is
+// forgotten is a first sighting midway, which charges only the increment its
+// packet names.
+func (s *Syncer) pruneSeen() {
+	s.mu.Lock()
+	pruned := 0
+	for k, sr := range s.seen {
+		if !sr.touched {
+			delete(s.seen, k)
+			pruned++
+		} else {
+			sr.touched = false
+		}
+	}
+	s.mu.Unlock()
+	s.stats.SeenPruned.Add(uint64(pruned))
 }
 
 // baselineLocked records that an origin's counter up to c.Used is already
@@ -621,9 +651,9 @@ func (s *Syncer) baselineLocked(origin string, c Counter) {
 	case sr == nil:
 		s.rememberLocked(k, seenRange{epoch: c.Epoch, lo: 0, hi: c.Used})
 	case c.Epoch > sr.epoch:
-		*sr = seenRange{epoch: c.Epoch, lo: 0, hi: c.Used}
+		*sr = seenRange{epoch: c.Epoch, lo: 0, hi: c.Used, touched: true}
 	case c.Epoch == sr.epoch:
-		sr.lo, sr.hi = 0, max(sr.hi, c.Used) // everything up to Used is in the adopted balance
+		sr.lo, sr.hi, sr.touched = 0, max(sr.hi, c.Used), true // everything up to Used is in the adopted balance
 	}
 }
 

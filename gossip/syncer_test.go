@@ -234,3 +234,31 @@ func TestDuplicateNodeNameDoesNotDisplaceTheMember(t *testing.T) {
 		t.Fatalf("a sees %d members, want 2", n)
 	}
 }
+
+// Counters no packet mentions for a whole prune interval are forgotten, the
+// busy ones kept; a forgotten counter heard again charges only the increment
+// its packet names, never the origin's history.
+func TestIdleCountersAreForgottenSafely(t *testing.T) {
+	s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
+	apply := func(key string, prev, used uint64) uint64 {
+		got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: key, Epoch: 1, Prev: prev, Used: used})
+		return got
+	}
+	apply("busy", 0, 5)
+	apply("idle", 0, 5)
+	s.pruneSeen() // both were mentioned since the last prune: both kept
+	if len(s.seen) != 2 {
+		t.Fatalf("first prune left %d counters, want 2", len(s.seen))
+	}
+	apply("busy", 5, 6)
+	s.pruneSeen() // idle was not mentioned since: forgotten
+	if _, ok := s.seen[counterKey{"peer", "r", "idle"}]; ok || len(s.seen) != 1 || s.stats.SeenPruned.Load() != 1 {
+		t.Fatalf("after the second prune: %d counters, %d pruned", len(s.seen), s.stats.SeenPruned.Load())
+	}
+	if got := apply("idle", 5, 8); got != 3 {
+		t.Fatalf("a forgotten counter heard again charged %d, want the increment 3", got)
+	}
+	if got := apply("busy", 5, 6); got != 0 {
+		t.Fatalf("a kept counter's duplicate charged %d", got)
+	}
+}
