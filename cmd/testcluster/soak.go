@@ -42,6 +42,7 @@ func soakCommand() *cli.Command {
 			&cli.StringFlag{Name: "skew", Value: "60,20,10,5,5", Usage: "share of the hot load per node"},
 			&cli.IntFlag{Name: "keys", Value: 1000, Usage: "background keys in play at once (the window slides, so buckets churn)"},
 			&cli.Float64Flag{Name: "background", Value: 200, Usage: "background requests per second, over --keys keys"},
+			&cli.BoolFlag{Name: "slide", Value: true, Usage: "slide the background key window (new keys keep coming); --slide=false keeps the same keys"},
 			&cli.DurationFlag{Name: "reload", Value: 5 * time.Second, Usage: "reload rules on every node this often"},
 			&cli.DurationFlag{Name: "churn", Value: 30 * time.Second, Usage: "stop or crash a node (not node 0) this often"},
 			&cli.DurationFlag{Name: "down", Value: 8 * time.Second, Usage: "how long a churned node stays down"},
@@ -67,6 +68,7 @@ type soakSample struct {
 	FailedOpenUp              uint64 // cumulative: failed open while the node was up (lost)
 	FailedOpenDown            uint64 // cumulative: failed open because the node was down (expected)
 	Up                        int    // nodes running at the sample
+	Buckets                   int    // buckets held, all running nodes together
 	Reloads, Churns           int    // cumulative
 }
 
@@ -128,7 +130,7 @@ func soak(c *cli.Context) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		background(ctx, target, c.Int("keys"), c.Float64("background"))
+		background(ctx, target, c.Int("keys"), c.Float64("background"), c.Bool("slide"))
 	}()
 	go func() {
 		defer wg.Done()
@@ -138,23 +140,24 @@ func soak(c *cli.Context) error {
 	fmt.Printf("soak: %d nodes, gossip %s, hot 100/1s burst 100 offered %.0f/s skew %v, background %.0f/s over %d keys, reload every %s, churn every %s (down %s), for %s\n\n",
 		n, c.Duration("gossip-interval"), c.Float64("offered"), skew, c.Float64("background"), c.Int("keys"),
 		c.Duration("reload"), c.Duration("churn"), c.Duration("down"), duration)
-	fmt.Printf("%4s %9s %9s %8s %6s %10s %7s %9s %3s %9s\n", "t", "heap MiB", "rss MiB", "gorout", "hot/s", "cumulative", "acc %", "decisions", "up", "open up/dn")
+	fmt.Printf("%4s %9s %9s %8s %8s %6s %10s %7s %9s %3s %9s\n", "t", "heap MiB", "rss MiB", "gorout", "buckets", "hot/s", "cumulative", "acc %", "decisions", "up", "open up/dn")
 	var samples []soakSample
 	spec := testcluster.WatchSpec{Rule: "hot", Key: "hot-key", Rate: 100, Burst: 100, Offered: c.Float64("offered"), Skew: skew, Duration: duration}
 	_, err = testcluster.Watch(ctx, target, spec, func(s testcluster.Second) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms) // no forced GC: what the process holds as it runs
-		up := 0
+		up, buckets := 0, 0
 		for _, node := range cl.Nodes() {
-			if node.Running() {
+			if d := node.Daemon(); d != nil {
 				up++
+				buckets += d.Store().Len()
 			}
 		}
 		x := soakSample{Second: s, HeapInuse: ms.HeapInuse, HeapAlloc: ms.HeapAlloc, RSS: rss(), Goroutines: runtime.NumGoroutine(),
 			Decisions: target.decisions.Load(), FailedOpenUp: target.openUp.Load(), FailedOpenDown: target.openDown.Load(),
-			Up: up, Reloads: int(reloads.Load()), Churns: int(churns.Load())}
+			Up: up, Buckets: buckets, Reloads: int(reloads.Load()), Churns: int(churns.Load())}
 		samples = append(samples, x)
-		fmt.Printf("%4d %9.1f %9.1f %8d %6d %10d %7.1f %9d %3d %4d/%-5d\n", s.T, mib(x.HeapInuse), mib(x.RSS), x.Goroutines, s.Cluster,
+		fmt.Printf("%4d %9.1f %9.1f %8d %8d %6d %10d %7.1f %9d %3d %4d/%-5d\n", s.T, mib(x.HeapInuse), mib(x.RSS), x.Goroutines, buckets, s.Cluster,
 			s.Cumulative, 100*float64(s.Cumulative)/s.Allowed, x.Decisions, up, x.FailedOpenUp, x.FailedOpenDown)
 	})
 	cancel()
@@ -182,9 +185,9 @@ func soak(c *cli.Context) error {
 }
 
 // background offers rate requests per second spread over a window of keys
-// that slides by one key every tick, so old buckets go idle (and are swept)
-// while new ones are created, on whichever nodes are up, in turn.
-func background(ctx context.Context, t testcluster.Target, keys int, rate float64) {
+// that (if slide) moves on by one key every fourth request, so old buckets
+// go idle (and are swept) while new ones are created, on each node in turn.
+func background(ctx context.Context, t testcluster.Target, keys int, rate float64, slide bool) {
 	if rate <= 0 || keys <= 0 {
 		return
 	}
@@ -196,7 +199,11 @@ func background(ctx context.Context, t testcluster.Target, keys int, rate float6
 			return
 		case <-tick.C:
 		}
-		key := "bg-" + strconv.Itoa(seq/4+rand.N(keys))
+		base := 0
+		if slide {
+			base = seq / 4
+		}
+		key := "bg-" + strconv.Itoa(base+rand.N(keys))
 		t.Allow(seq%t.Size(), "bg", key, 1)
 	}
 }
@@ -305,9 +312,9 @@ func summarize(s []soakSample, after int, lastErr *string) string {
 	}
 	first, last := s[0], s[len(s)-1]
 	var maxHeap, maxRSS uint64
-	maxG := 0
+	maxG, maxB := 0, 0
 	for _, x := range s {
-		maxHeap, maxRSS, maxG = max(maxHeap, x.HeapInuse), max(maxRSS, x.RSS), max(maxG, x.Goroutines)
+		maxHeap, maxRSS, maxG, maxB = max(maxHeap, x.HeapInuse), max(maxRSS, x.RSS), max(maxG, x.Goroutines), max(maxB, x.Buckets)
 	}
 	// Slope over the last 8 minutes (or the last 80% of a shorter run),
 	// after the warm-up.
@@ -328,6 +335,7 @@ func summarize(s []soakSample, after int, lastErr *string) string {
 	fmt.Fprintf(&b, "RSS (MiB): start %.1f, end %.1f, max %.1f\n", mib(first.RSS), mib(last.RSS), mib(maxRSS))
 	fmt.Fprintf(&b, "goroutines: start %d, end %d, max %d; slope over t=%d..%d s: %+.2f /min; after closing the cluster: %d\n",
 		first.Goroutines, last.Goroutines, maxG, s[from].T, last.T, slope(xs, gor), after)
+	fmt.Fprintf(&b, "buckets held (all nodes): start %d, end %d, max %d\n", first.Buckets, last.Buckets, maxB)
 	fmt.Fprintf(&b, "decisions %d; failed open while the node was up (lost) %d; failed open while the node was down (expected) %d\n",
 		last.Decisions, last.FailedOpenUp, last.FailedOpenDown)
 	if lastErr != nil {
@@ -345,11 +353,11 @@ func writeSoakCSV(path string, samples []soakSample) error {
 	}
 	w := csv.NewWriter(f)
 	w.Write([]string{"t", "heap_inuse_bytes", "heap_alloc_bytes", "rss_bytes", "goroutines", "decisions", "failed_open_up", "failed_open_down",
-		"nodes_up", "reloads", "churns", "hot_admitted", "hot_cumulative", "hot_allowed"})
+		"nodes_up", "buckets", "reloads", "churns", "hot_admitted", "hot_cumulative", "hot_allowed"})
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	for _, x := range samples {
 		w.Write([]string{strconv.Itoa(x.T), u(x.HeapInuse), u(x.HeapAlloc), u(x.RSS), strconv.Itoa(x.Goroutines), u(x.Decisions),
-			u(x.FailedOpenUp), u(x.FailedOpenDown), strconv.Itoa(x.Up), strconv.Itoa(x.Reloads), strconv.Itoa(x.Churns),
+			u(x.FailedOpenUp), u(x.FailedOpenDown), strconv.Itoa(x.Up), strconv.Itoa(x.Buckets), strconv.Itoa(x.Reloads), strconv.Itoa(x.Churns),
 			strconv.Itoa(x.Cluster), strconv.Itoa(x.Cumulative), strconv.FormatFloat(x.Allowed, 'f', 1, 64)})
 	}
 	w.Flush()
