@@ -4,6 +4,12 @@
 // writes the run as CSV and SVG charts to a folder:
 //
 //	go run ./cmd/testcluster -n 5 --gossip-interval 50ms --rate 100/s --skew 70,20,10 --duration 20s --out out/run1
+//
+// The soak subcommand runs a cluster for a bounded time (10 minutes by
+// default) under load, rule reloads and node churn, and charts the process's
+// memory and goroutines (see scripts/soak.sh and docs/soak/):
+//
+//	go run ./cmd/testcluster soak --duration 1m --out out/soak
 package main
 
 import (
@@ -44,7 +50,8 @@ func main() {
 			&cli.StringFlag{Name: "sluiced", Usage: "with --procs: a sluiced binary to use instead of building one"},
 			&cli.StringFlag{Name: "out", Value: "", Usage: "folder for run.csv and the charts admitted and convergence (.svg and .png) (default: out/testcluster-TIMESTAMP)"},
 		},
-		Action: run,
+		Action:   run,
+		Commands: []*cli.Command{soakCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "testcluster:", err)
