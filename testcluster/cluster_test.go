@@ -291,8 +291,14 @@ func TestFiveNodesCrashAndPartitionUnderLoad(t *testing.T) {
 	var big, small int
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); big = drive(c, "api", "split-key", []int{100, 100, 100, 0, 0}, secs*time.Second) }()
-	go func() { defer wg.Done(); small = drive(c, "api", "split-key", []int{0, 0, 0, 150, 150}, secs*time.Second) }()
+	go func() {
+		defer wg.Done()
+		big = drive(c, "api", "split-key", []int{100, 100, 100, 0, 0}, secs*time.Second)
+	}()
+	go func() {
+		defer wg.Done()
+		small = drive(c, "api", "split-key", []int{0, 0, 0, 150, 150}, secs*time.Second)
+	}()
 	wg.Wait()
 	within("three-node side", big, 100+100*secs)
 	within("two-node side", small, 100+100*secs)
