@@ -355,10 +355,10 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 	}
 }
 
-// Snapshot calls fn for every bucket that is not full at now, with its local
-// consumption and balance, until fn returns false. fn runs under a shard
-// lock and must be quick.
-func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limit, bool), fn func(c Consumption, balance float64) bool) {
+// Snapshot calls fn for every bucket that is not full at now and whose limit
+// lim knows, with its local consumption, that limit and its balance, until fn
+// returns false. fn runs under a shard lock and must be quick.
+func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limit, bool), fn func(c Consumption, lim Limit, balance float64) bool) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -375,7 +375,7 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 			if e.t != nil {
 				c.Epoch, c.Used, c.Prev = e.t.epoch, e.t.used, e.t.used
 			}
-			more = fn(c, e.Balance(l, now))
+			more = fn(c, l, e.Balance(l, now))
 			return more
 		})
 		sh.mu.Unlock()

@@ -91,7 +91,7 @@ func TestAdoptOnlyFillsMissingBuckets(t *testing.T) {
 		t.Fatal("Adopt created a bucket for a full balance")
 	}
 	var seen []string
-	s.Snapshot(t0, func(Namespace, string) (Limit, bool) { return lim, true }, func(c Consumption, bal float64) bool {
+	s.Snapshot(t0, func(Namespace, string) (Limit, bool) { return lim, true }, func(c Consumption, _ Limit, bal float64) bool {
 		seen = append(seen, c.Key)
 		return true
 	})

@@ -60,7 +60,6 @@ func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
 func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consumption, balance float64) bool) {
 	rs := d.rules.Load()
 	names := d.nsNames.Load()
-	var last bucket.Limit
 	d.store.Snapshot(d.now(), func(ns bucket.Namespace, key string) (bucket.Limit, bool) {
 		if int(ns) >= len(*names) {
 			return bucket.Limit{}, false
@@ -69,10 +68,9 @@ func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consum
 		if !ok {
 			return bucket.Limit{}, false
 		}
-		last = ar.LimitFor([]byte(key))
-		return last, true
-	}, func(c bucket.Consumption, balance float64) bool {
-		return fn((*names)[c.NS], last, c, balance) // Snapshot asks for the limit just before
+		return ar.LimitFor([]byte(key)), true
+	}, func(c bucket.Consumption, lim bucket.Limit, balance float64) bool {
+		return fn((*names)[c.NS], lim, c, balance)
 	})
 }
 

@@ -206,18 +206,13 @@ func FuzzDecodeServerMessages(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		malformed := func(what string, err error) {
-			if err != nil && !errors.Is(err, ErrMalformed) {
-				t.Fatalf("%s: error %v does not wrap ErrMalformed", what, err)
-			}
-		}
 		typ, n, err := PeekType(b)
-		malformed("peek", err)
+		requireMalformed(t, "peek", err)
 		if err == nil && (n < 1 || n > len(b)) {
 			t.Fatalf("peek: %d elements in %d bytes", n, len(b))
 		}
 		h, err := DecodeHello(b)
-		malformed("hello", err)
+		requireMalformed(t, "hello", err)
 		if err == nil {
 			if typ != MsgHello {
 				t.Fatalf("hello decoded from a message of type %d", typ)
@@ -227,7 +222,7 @@ func FuzzDecodeServerMessages(f *testing.F) {
 			}
 		}
 		id, rule, key, err := DecodeInspect(b)
-		malformed("inspect", err)
+		requireMalformed(t, "inspect", err)
 		if err == nil {
 			if !within(b, rule) || !within(b, key) {
 				t.Fatal("inspect: rule or key does not alias the body")
@@ -238,7 +233,7 @@ func FuzzDecodeServerMessages(f *testing.F) {
 			}
 		}
 		rep, err := DecodeReport(b)
-		malformed("report", err)
+		requireMalformed(t, "report", err)
 		if err == nil {
 			if got, err := DecodeReport(body(AppendReport(nil, rep))); err != nil || got != rep {
 				t.Fatalf("report round trip: %+v, %+v, %v", rep, got, err)
@@ -259,13 +254,8 @@ func FuzzDecodeClientMessages(f *testing.F) {
 	}
 	f.Add([]byte{0x94, 0x03, 0x07, 0xc2, 0x91, 0x96, 0, 0, 0, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0}) // duration overflow
 	f.Fuzz(func(t *testing.T, b []byte) {
-		malformed := func(what string, err error) {
-			if err != nil && !errors.Is(err, ErrMalformed) {
-				t.Fatalf("%s: error %v does not wrap ErrMalformed", what, err)
-			}
-		}
 		w, err := DecodeWelcome(b)
-		malformed("welcome", err)
+		requireMalformed(t, "welcome", err)
 		if err == nil {
 			if got, err := DecodeWelcome(body(AppendWelcome(nil, w))); err != nil || got != w {
 				t.Fatalf("welcome round trip: %+v, %+v, %v", w, got, err)
@@ -273,7 +263,7 @@ func FuzzDecodeClientMessages(f *testing.F) {
 		}
 		rep := &Reply{Results: []Result{{Status: StatusSoft, Limit: 1}}} // reused, as clients do
 		err = DecodeReply(b, rep)
-		malformed("reply", err)
+		requireMalformed(t, "reply", err)
 		if err == nil {
 			if len(rep.Results) > len(b) {
 				t.Fatalf("reply: %d results from %d bytes", len(rep.Results), len(b))
@@ -290,7 +280,7 @@ func FuzzDecodeClientMessages(f *testing.F) {
 			}
 		}
 		in, err := DecodeBalance(b)
-		malformed("balance", err)
+		requireMalformed(t, "balance", err)
 		if err == nil {
 			got, err := DecodeBalance(body(AppendBalance(nil, in)))
 			// Compare the balance by its bits: NaN is not equal to itself.
@@ -301,7 +291,7 @@ func FuzzDecodeClientMessages(f *testing.F) {
 			}
 		}
 		e, err := DecodeError(b)
-		malformed("error", err)
+		requireMalformed(t, "error", err)
 		if err == nil {
 			if got, err := DecodeError(body(AppendError(nil, e))); err != nil || *got != *e {
 				t.Fatalf("error round trip: %+v, %+v, %v", e, got, err)
@@ -392,3 +382,11 @@ func sameRequest(a, b *Request) bool {
 }
 
 func slicesEqual(a, b []Result) bool { return reflect.DeepEqual(a, b) || (len(a) == 0 && len(b) == 0) }
+
+// requireMalformed fails the test unless err is nil or wraps ErrMalformed.
+func requireMalformed(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil && !errors.Is(err, ErrMalformed) {
+		t.Fatalf("%s: error %v does not wrap ErrMalformed", what, err)
+	}
+}
