@@ -25,9 +25,11 @@ type Result struct {
 // A Bucket does not remember its Limit; every method takes it, so a limit change
 // between calls is legal. Use Rescale to carry a balance across such a change
 // proportionally instead of reinterpreting it.
-type Bucket struct {
-	full int64 // unix nanoseconds at which the balance reaches Burst
-}
+//
+// Its state is one instant, full: the unix nanoseconds at which the balance
+// reaches Burst. (A Bucket is laid out as every algorithm's state is, so the
+// Store can hold any; the other fields are unused.)
+type Bucket state
 
 // Take admits a request of the given cost if the balance covers it, and charges
 // it. A denied request changes nothing. cost must lie in [1, lim.Burst()]; Store

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -90,24 +91,37 @@ type shard struct {
 	buckets map[uint64]*entry
 	n       int      // entries held, chained ones included
 	dirty   []*entry // entries whose local consumption changed since the last drain
-	_       [16]byte // keep shards on separate cache lines
+	// leftovers are windows' last consumption not yet drained when their
+	// entries moved on to a new window (windowed algorithms only).
+	leftovers []Consumption
 }
 
-// entry is a bucket, its key, and when the store tracks consumption, what
-// gossip needs to know about it. The tracking part lives apart so that a
-// store that does not track keeps its entries small.
+// entry is a key's state, its key, and when the store tracks consumption,
+// what gossip needs to know about it. The tracking part lives apart so that
+// a store that does not track keeps its entries small. An entry is 64 bytes.
 type entry struct {
-	Bucket
+	st   state
 	t    *tracking
 	key  string
 	ns   Namespace
-	next *entry // the next entry with the same hash
+	algo Algorithm // the algorithm st belongs to
+	next *entry    // the next entry with the same hash
+}
+
+// stateFor returns the entry's state for lim's algorithm, starting it afresh
+// if it belonged to another (a rule whose algorithm changed).
+func (e *entry) stateFor(lim Limit) *state {
+	if e.algo != lim.algo {
+		e.st, e.algo = state{}, lim.algo
+	}
+	return &e.st
 }
 
 type tracking struct {
-	epoch uint64 // this bucket's incarnation
-	used  uint64 // tokens admitted here (not charged by peers) in this epoch
-	sent  uint64 // used, as of the last drain; used != sent means the entry is on the dirty list
+	epoch  uint64 // this bucket's incarnation
+	window uint64 // the window used counts in (windowed algorithms; 0 for the buckets)
+	used   uint64 // tokens admitted here (not charged by peers) in this epoch and window
+	sent   uint64 // used, as of the last drain; used != sent means the entry is on the dirty list
 }
 
 // get returns the entry of (ns, key), whose hash is h, or nil.
@@ -154,15 +168,31 @@ func (sh *shard) each(fn func(h uint64, e *entry) bool) {
 	}
 }
 
-// record adds local consumption, putting the entry on the dirty list if it
-// was clean. The caller holds sh.mu.
-func (sh *shard) record(e *entry, cost int64) {
+// record adds local consumption in window (0 for the buckets), putting the
+// entry on the dirty list if it was clean. When the entry moves on to a new
+// window, what the old one admitted since the last drain is kept as a
+// leftover for the next drain, up to maxLeftovers per shard (beyond, it is
+// lost to gossip, which errs toward admitting). The caller holds sh.mu.
+func (sh *shard) record(e *entry, cost int64, window uint64) {
 	t := e.t
+	if t.window != window {
+		if t.used != t.sent { // on the dirty list, and stays there for the new window
+			if len(sh.leftovers) < maxLeftovers {
+				sh.leftovers = append(sh.leftovers, Consumption{NS: e.ns, Key: e.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+			}
+			t.window, t.used, t.sent = window, uint64(cost), 0
+			return
+		}
+		t.window, t.used, t.sent = window, 0, 0
+	}
 	if t.used == t.sent {
 		sh.dirty = append(sh.dirty, e)
 	}
 	t.used += uint64(cost)
 }
+
+// maxLeftovers bounds a shard's leftovers should nothing drain them.
+const maxLeftovers = 4096
 
 // NewStore returns an empty Store bounded by cfg.
 func NewStore(cfg StoreConfig) *Store {
@@ -236,18 +266,19 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	sh.mu.Lock()
 	e := sh.get(h, ns, key)
 	if e == nil {
-		e = sh.insert(s, h, ns, key, now)
+		e = sh.insert(s, h, ns, key, lim.algo, now)
 	}
+	st := e.stateFor(lim)
 	switch {
+	case lim.algo == AlgoTokenBucket && l == leeway{}:
+		r = (*Bucket)(st).Take(lim, cost, now) // the common case, called directly
 	case l.maxWait > 0:
-		r = e.Reserve(lim, cost, l.maxWait, now)
-	case l.overdraft > 0:
-		r, soft = e.TakeOverdraft(lim, cost, l.overdraft, now)
+		r = st.reserve(lim, cost, l.maxWait, now)
 	default:
-		r = e.Take(lim, cost, now)
+		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
 	if r.Allowed && e.t != nil {
-		sh.record(e, cost)
+		sh.record(e, cost, st.window(lim, now))
 	}
 	sh.mu.Unlock()
 	return r, soft, nil
@@ -262,10 +293,10 @@ func (s *Store) Check(ns Namespace, key []byte, lim Limit, cost int64, now time.
 	sh.mu.Lock()
 	var r Result
 	if e := sh.get(h, ns, key); e != nil {
-		r = e.Check(lim, cost, now)
+		r, _ = e.stateFor(lim).decide(lim, cost, 0, false, now)
 	} else {
-		var fresh Bucket
-		r = fresh.Check(lim, cost, now)
+		var fresh state
+		r, _ = fresh.decide(lim, cost, 0, false, now)
 	}
 	sh.mu.Unlock()
 	return r, nil
@@ -279,20 +310,29 @@ func (s *Store) CheckOverdraft(ns Namespace, key []byte, lim Limit, cost, overdr
 	}
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
-	var b Bucket // a bucket is a value: deciding on a copy charges nothing
 	if e := sh.get(h, ns, key); e != nil {
-		b = e.Bucket
+		r, soft = e.stateFor(lim).decide(lim, cost, overdraft, false, now)
+	} else {
+		var fresh state
+		r, soft = fresh.decide(lim, cost, overdraft, false, now)
 	}
 	sh.mu.Unlock()
-	r, soft = b.TakeOverdraft(lim, cost, overdraft, now)
 	return r, soft, nil
 }
 
-// Charge subtracts cost from the key's bucket unconditionally (see
-// Bucket.Charge), creating the bucket if needed. Unlike Take it accepts costs
+// Charge subtracts cost from the key's state unconditionally (see
+// Limiter.Charge), creating it if needed. Unlike Take it accepts costs
 // above the burst, up to MaxCost: consumption reported after the fact is real.
 // It returns the balance after the charge.
 func (s *Store) Charge(ns Namespace, key []byte, lim Limit, cost int64, now time.Time) (balance float64, err error) {
+	return s.ChargeWindow(ns, key, lim, cost, 0, now)
+}
+
+// ChargeWindow is Charge for consumption a peer reports in a given window (as
+// Consumption.Window numbers them; 0 means the current one, and is all the
+// buckets know). A windowed algorithm counts it in that window, or drops it
+// if the window no longer matters.
+func (s *Store) ChargeWindow(ns Namespace, key []byte, lim Limit, cost int64, window uint64, now time.Time) (balance float64, err error) {
 	if err := s.validateKey(key); err != nil {
 		return 0, err
 	}
@@ -303,37 +343,39 @@ func (s *Store) Charge(ns Namespace, key []byte, lim Limit, cost int64, now time
 	sh.mu.Lock()
 	e := sh.get(h, ns, key)
 	if e == nil {
-		e = sh.insert(s, h, ns, key, now)
+		e = sh.insert(s, h, ns, key, lim.algo, now)
 	}
-	e.Charge(lim, cost, now)
-	balance = e.Balance(lim, now)
+	st := e.stateFor(lim)
+	st.charge(lim, cost, window, now)
+	balance = st.balance(lim, now)
 	sh.mu.Unlock()
 	return balance, nil
 }
 
-// Record notes that cost tokens were admitted locally on the key's bucket
-// after the fact (a multi-check charged with Charge): gossip then reports them
-// like tokens admitted by Take. It is a no-op unless TrackConsumption is set
-// or when the key holds no bucket.
-func (s *Store) Record(ns Namespace, key []byte, cost int64) {
+// Record notes that cost tokens were admitted locally on the key's state at
+// now, after the fact (a multi-check charged with Charge): gossip then
+// reports them like tokens admitted by Take. It is a no-op unless
+// TrackConsumption is set or when the key holds no state.
+func (s *Store) Record(ns Namespace, key []byte, lim Limit, cost int64, now time.Time) {
 	if !s.track || cost < 1 {
 		return
 	}
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
 	if e := sh.get(h, ns, key); e != nil && e.t != nil {
-		sh.record(e, cost)
+		sh.record(e, cost, e.stateFor(lim).window(lim, now))
 	}
 	sh.mu.Unlock()
 }
 
 // Consumption is one bucket's locally admitted tokens, as gossip reports them.
 type Consumption struct {
-	NS    Namespace
-	Key   string
-	Epoch uint64 // the bucket's incarnation
-	Used  uint64 // tokens admitted locally in this epoch, cumulative
-	Prev  uint64 // Used as of the previous drain (0 for a new epoch)
+	NS     Namespace
+	Key    string
+	Epoch  uint64 // the bucket's incarnation
+	Window uint64 // the window Used counts in, for windowed algorithms (1 and up, later is larger); 0 for the buckets
+	Used   uint64 // tokens admitted locally in this epoch and window, cumulative
+	Prev   uint64 // Used as of the previous drain (0 for a new epoch or window)
 }
 
 // DrainDirty calls fn for every bucket whose local consumption changed since
@@ -344,9 +386,14 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		for j, c := range sh.leftovers {
+			fn(c)
+			sh.leftovers[j] = Consumption{}
+		}
+		sh.leftovers = sh.leftovers[:0]
 		for j, e := range sh.dirty {
 			t := e.t
-			fn(Consumption{NS: e.ns, Key: e.key, Epoch: t.epoch, Used: t.used, Prev: t.sent})
+			fn(Consumption{NS: e.ns, Key: e.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			t.sent = t.used
 			sh.dirty[j] = nil
 		}
@@ -364,7 +411,7 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 		sh.mu.Lock()
 		more := true
 		sh.each(func(_ uint64, e *entry) bool {
-			if e.IsFull(now) {
+			if e.st.isFull(now) {
 				return true
 			}
 			l, ok := lim(e.ns, e.key)
@@ -373,9 +420,9 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 			}
 			c := Consumption{NS: e.ns, Key: e.key}
 			if e.t != nil {
-				c.Epoch, c.Used, c.Prev = e.t.epoch, e.t.used, e.t.used
+				c.Epoch, c.Window, c.Used, c.Prev = e.t.epoch, e.t.window, e.t.used, e.t.used
 			}
-			more = fn(c, l, e.Balance(l, now))
+			more = fn(c, l, e.stateFor(l).balance(l, now))
 			return more
 		})
 		sh.mu.Unlock()
@@ -391,8 +438,11 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 // a balance counts a subset of the consumption that really happened, so the
 // lower one is the better estimate, and taking it never counts a token
 // twice. It reports whether it changed anything.
-func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, balance float64, now time.Time) bool {
-	if s.validateKey(key) != nil || balance >= float64(lim.burst) {
+//
+// window is the window the peer's balance is for (see Consumption.Window): a
+// windowed algorithm takes a balance of its current window only.
+func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, window uint64, balance float64, now time.Time) bool {
+	if s.validateKey(key) != nil || balance >= float64(lim.burst) || math.IsNaN(balance) {
 		return false
 	}
 	h, sh := s.locate(ns, key)
@@ -400,12 +450,9 @@ func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, balance float64, now 
 	defer sh.mu.Unlock()
 	e := sh.get(h, ns, key)
 	if e == nil {
-		e = sh.insert(s, h, ns, key, now)
-	} else if e.Balance(lim, now) <= balance {
-		return false
+		e = sh.insert(s, h, ns, key, lim.algo, now)
 	}
-	e.setBalance(lim, balance, now)
-	return true
+	return e.stateFor(lim).adopt(lim, window, balance, now)
 }
 
 // Balance returns the key's balance in tokens, and whether the store holds a
@@ -415,7 +462,7 @@ func (s *Store) Balance(ns Namespace, key []byte, lim Limit, now time.Time) (flo
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.get(h, ns, key); e != nil {
-		return e.Balance(lim, now), true
+		return e.stateFor(lim).balance(lim, now), true
 	}
 	return float64(lim.burst), false
 }
@@ -427,7 +474,7 @@ func (s *Store) Local(ns Namespace, key []byte) (Consumption, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.get(h, ns, key); e != nil && e.t != nil {
-		return Consumption{NS: ns, Key: e.key, Epoch: e.t.epoch, Used: e.t.used, Prev: e.t.sent}, true
+		return Consumption{NS: ns, Key: e.key, Epoch: e.t.epoch, Window: e.t.window, Used: e.t.used, Prev: e.t.sent}, true
 	}
 	return Consumption{}, false
 }
@@ -442,7 +489,10 @@ func (s *Store) Rescale(ns Namespace, limits func(key string) (old, new Limit), 
 		sh.each(func(_ uint64, e *entry) bool {
 			if e.ns == ns {
 				old, new := limits(e.key)
-				e.Rescale(old, new, now)
+				if old != new && !old.IsZero() && !new.IsZero() && e.algo == old.algo {
+					e.st.rescale(old, new, now)
+					e.algo = new.algo
+				}
 			}
 			return true
 		})
@@ -458,7 +508,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.each(func(h uint64, e *entry) bool {
-			if e.IsFull(now) && (e.t == nil || e.t.used == e.t.sent) {
+			if e.st.isFull(now) && (e.t == nil || e.t.used == e.t.sent) {
 				sh.remove(h, e)
 				evicted++
 			}
@@ -515,7 +565,7 @@ func (s *Store) locate(ns Namespace, key []byte) (uint64, *shard) {
 
 // insert adds a full bucket for key, making room first if the shard is at its
 // cap. The caller holds sh.mu.
-func (sh *shard) insert(s *Store, h uint64, ns Namespace, key []byte, now time.Time) *entry {
+func (sh *shard) insert(s *Store, h uint64, ns Namespace, key []byte, algo Algorithm, now time.Time) *entry {
 	var e *entry
 	if sh.n >= s.shardCap {
 		evicted, spare := sh.makeRoom(now)
@@ -526,7 +576,7 @@ func (sh *shard) insert(s *Store, h uint64, ns Namespace, key []byte, now time.T
 		e = &entry{}
 	}
 	t := e.t
-	*e = entry{key: string(key), ns: ns, next: sh.buckets[h]}
+	*e = entry{key: string(key), ns: ns, algo: algo, next: sh.buckets[h]}
 	if s.track {
 		if t == nil {
 			t = &tracking{}
@@ -563,7 +613,7 @@ func (sh *shard) makeRoom(now time.Time) (evicted int, spare *entry) {
 	}
 	var full [evictSample]int64
 	for i, e := range entries[:seen] {
-		full[i] = e.full
+		full[i] = e.st.full
 	}
 	n := now.UnixNano()
 	victim := -1

@@ -34,7 +34,7 @@ func TestTrackingReportsLocalConsumptionOnce(t *testing.T) {
 		t.Fatalf("second drain without new consumption: %v", got)
 	}
 	s.Take(1, []byte("a"), lim, 1, at(time.Second))
-	s.Record(1, []byte("a"), 2)
+	s.Record(1, []byte("a"), lim, 2, at(time.Second))
 	if again := drain(s)["a"]; again.Used != 8 || again.Prev != 5 || again.Epoch != a.Epoch {
 		t.Fatalf("after more consumption: %+v", again)
 	}
@@ -71,23 +71,23 @@ func TestSweepKeepsUndrainedBuckets(t *testing.T) {
 func TestAdoptOnlyFillsMissingBuckets(t *testing.T) {
 	s := NewStore(StoreConfig{TrackConsumption: true})
 	lim := MustLimit(4, time.Second, 4)
-	if !s.Adopt(1, []byte("new"), lim, -8, t0) {
+	if !s.Adopt(1, []byte("new"), lim, 0, -8, t0) {
 		t.Fatal("Adopt refused a missing key")
 	}
 	if b, _ := s.Balance(1, []byte("new"), lim, t0); b != -8 {
 		t.Fatalf("adopted balance %v, want -8", b)
 	}
 	s.Take(1, []byte("mine"), lim, 1, t0)
-	if s.Adopt(1, []byte("mine"), lim, 3.5, t0) {
+	if s.Adopt(1, []byte("mine"), lim, 0, 3.5, t0) {
 		t.Fatal("Adopt raised a balance (3 → 3.5)")
 	}
-	if !s.Adopt(1, []byte("mine"), lim, -8, t0) {
+	if !s.Adopt(1, []byte("mine"), lim, 0, -8, t0) {
 		t.Fatal("Adopt did not lower a balance to a peer's lower one")
 	}
 	if b, _ := s.Balance(1, []byte("mine"), lim, t0); b != -8 {
 		t.Fatalf("after adopting -8: %v", b)
 	}
-	if s.Adopt(1, []byte("full"), lim, 4, t0) {
+	if s.Adopt(1, []byte("full"), lim, 0, 4, t0) {
 		t.Fatal("Adopt created a bucket for a full balance")
 	}
 	var seen []string

@@ -80,7 +80,7 @@ func (l ledger) Adopt(rule, key string, balance float64) bool {
 		return false
 	}
 	k := []byte(key)
-	return l.d.store.Adopt(ar.ns, k, ar.LimitFor(k), balance, l.d.now())
+	return l.d.store.Adopt(ar.ns, k, ar.LimitFor(k), 0, balance, l.d.now())
 }
 
 // newSyncer builds the gossip syncer from the daemon's cluster settings.

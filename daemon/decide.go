@@ -131,7 +131,7 @@ func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 		if ar, ok := rs.byName[string(c.Rule)]; ok && results[i].Status != ipc.StatusShadowDenied {
 			// Cannot fail: the key and cost passed Check above.
 			_, _ = d.store.Charge(ar.ns, c.Key, ar.LimitFor(c.Key), int64(c.Cost), now)
-			d.store.Record(ar.ns, c.Key, int64(c.Cost))
+			d.store.Record(ar.ns, c.Key, ar.LimitFor(c.Key), int64(c.Cost), now)
 		}
 	}
 	return true, nil
