@@ -66,15 +66,25 @@ func FuzzParseRules(f *testing.F) {
 			if rule.Name != name || len(name) > maxRuleNameLen || !ruleNamePattern.MatchString(name) {
 				t.Fatalf("rule %q named %q", name, rule.Name)
 			}
-			checkLimit(t, name, rule.Limit)
+			if len(rule.Limits) == 0 || len(rule.Limits) > maxLimits {
+				t.Fatalf("rule %q: %d limits", name, len(rule.Limits))
+			}
+			for _, l := range rule.Limits {
+				checkLimit(t, name, l)
+			}
 			if !(rule.SoftPercent >= 0 && rule.SoftPercent <= 1000) {
 				t.Fatalf("rule %q: soft_percent %v outside 0..1000", name, rule.SoftPercent)
 			}
-			for key, l := range rule.Overrides {
-				if key == "" {
-					t.Fatalf("rule %q: empty override key", name)
+			for key, ls := range rule.Overrides {
+				if key == "" || len(ls) != len(rule.Limits) {
+					t.Fatalf("rule %q: override %q with %d limits", name, key, len(ls))
 				}
-				checkLimit(t, name+"["+key+"]", l)
+				for i, l := range ls {
+					checkLimit(t, name+"["+key+"]", l)
+					if l.Algorithm() != rule.Limits[i].Algorithm() {
+						t.Fatalf("rule %q: override %q changes limit %d's algorithm", name, key, i)
+					}
+				}
 			}
 		}
 		again, err := ParseRules("other.yaml", data)
@@ -99,18 +109,41 @@ func checkLimit(t *testing.T, what string, l bucket.Limit) {
 // rewriteRules writes r back out as a rules file, every field explicit.
 func rewriteRules(t *testing.T, r *Rules) []byte {
 	t.Helper()
-	rate := func(l bucket.Limit) map[string]any {
-		return map[string]any{"rate": fmt.Sprintf("%d/%s", l.Count(), l.Period()), "burst": l.Burst()}
+	rate := func(l bucket.Limit, withAlgo bool) map[string]any {
+		m := map[string]any{"rate": fmt.Sprintf("%d/%s", l.Count(), l.Period())}
+		if l.Algorithm().HasBurst() {
+			m["burst"] = l.Burst()
+		}
+		if withAlgo {
+			m["algorithm"] = l.Algorithm().String()
+		}
+		return m
+	}
+	list := func(ls []bucket.Limit, withAlgo bool) []any {
+		out := make([]any, len(ls))
+		for i, l := range ls {
+			out[i] = rate(l, withAlgo)
+		}
+		return out
 	}
 	rules := map[string]any{}
 	for name, rule := range r.ByName {
-		m := rate(rule.Limit)
+		var m map[string]any
+		if len(rule.Limits) == 1 {
+			m = rate(rule.Limits[0], true)
+		} else {
+			m = map[string]any{"limits": list(rule.Limits, true)}
+		}
 		m["shadow"] = rule.Shadow
 		m["soft_percent"] = rule.SoftPercent
 		if len(rule.Overrides) > 0 {
 			o := map[string]any{}
-			for k, l := range rule.Overrides {
-				o[k] = rate(l)
+			for k, ls := range rule.Overrides {
+				if len(ls) == 1 {
+					o[k] = rate(ls[0], false)
+				} else {
+					o[k] = map[string]any{"limits": list(ls, false)}
+				}
 			}
 			m["overrides"] = o
 		}

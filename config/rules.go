@@ -55,11 +55,16 @@ func (p UnknownRulePolicy) String() string {
 	return "allow"
 }
 
-// Rule is a named limit applied per key, with optional per-key overrides.
+// Rule is a named set of limits applied per key, with optional per-key
+// overrides. Most rules have one limit; a rule with several (10/s and
+// 1000/day) admits a request only if every limit does, and then charges all.
 type Rule struct {
-	Name      string
-	Limit     bucket.Limit
-	Overrides map[string]bucket.Limit
+	Name string
+	// Limits holds at least one limit, each with its algorithm.
+	Limits []bucket.Limit
+	// Overrides replaces Limits for particular keys; each holds as many
+	// limits as the rule, of the same algorithms.
+	Overrides map[string][]bucket.Limit
 	// Shadow decides and counts but never denies: a request the limit would
 	// refuse is admitted (and not charged), and the reply says so.
 	Shadow bool
@@ -68,16 +73,20 @@ type Rule struct {
 	SoftPercent float64
 }
 
-// LimitFor returns the limit that applies to key: its override, or the rule's.
-// It does not allocate.
-func (r *Rule) LimitFor(key []byte) bucket.Limit {
+// LimitsFor returns the limits that apply to key: its override's, or the
+// rule's. It does not allocate; the slice must not be modified.
+func (r *Rule) LimitsFor(key []byte) []bucket.Limit {
 	if len(r.Overrides) > 0 {
 		if l, ok := r.Overrides[string(key)]; ok {
 			return l
 		}
 	}
-	return r.Limit
+	return r.Limits
 }
+
+// LimitFor returns the first of the limits that apply to key (the only one,
+// for most rules). It does not allocate.
+func (r *Rule) LimitFor(key []byte) bucket.Limit { return r.LimitsFor(key)[0] }
 
 // Rules is a validated rule set. It is immutable once parsed.
 type Rules struct {
@@ -116,6 +125,7 @@ const (
 	maxRuleNameLen = 128
 	maxRules       = 10_000
 	maxOverrides   = 100_000
+	maxLimits      = 8 // limits in one rule
 )
 
 var ruleNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
@@ -261,20 +271,32 @@ func (p *parser) known(n *yaml.Node, path string, names ...string) map[string]*y
 
 func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 	before := len(p.errs)
-	f := p.known(n, path, "rate", "burst", "overrides", "shadow", "soft_percent")
+	f := p.known(n, path, "rate", "burst", "algorithm", "limits", "overrides", "shadow", "soft_percent")
 	if len(p.errs) > before {
 		return nil
 	}
-	rateNode := f["rate"]
-	if rateNode == nil {
-		p.fail(n, path+".rate", "missing: every rule needs a rate such as 100/1s")
+	var specs []limitSpec
+	switch limitsNode := f["limits"]; {
+	case limitsNode != nil && (f["rate"] != nil || f["burst"] != nil || f["algorithm"] != nil):
+		p.fail(limitsNode, path+".limits", "give either limits: or rate/burst/algorithm, not both")
+		return nil
+	case limitsNode != nil:
+		specs = p.limitList(limitsNode, path+".limits", nil)
+	case f["rate"] == nil:
+		p.fail(n, path+".rate", "missing: every rule needs a rate such as 100/1s (or a limits: list)")
+		return nil
+	default:
+		if spec, ok := p.limit(f["rate"], f["burst"], f["algorithm"], bucket.AlgoTokenBucket, path); ok {
+			specs = []limitSpec{spec}
+		}
+	}
+	if len(p.errs) > before {
 		return nil
 	}
-	lim, ok := p.limit(rateNode, f["burst"], path)
-	if !ok {
-		return nil
+	r := &Rule{Name: name, Limits: make([]bucket.Limit, len(specs))}
+	for i, s := range specs {
+		r.Limits[i] = s.lim
 	}
-	r := &Rule{Name: name, Limit: lim}
 	if v := f["shadow"]; v != nil {
 		switch v.Value {
 		case "true":
@@ -294,7 +316,7 @@ func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 		r.SoftPercent = pct
 	}
 	if overridesNode := f["overrides"]; overridesNode != nil {
-		r.Overrides = map[string]bucket.Limit{}
+		r.Overrides = map[string][]bucket.Limit{}
 		p.entries(overridesNode, path+".overrides", func(key string, kn, v *yaml.Node) {
 			opath := path + ".overrides." + key
 			if key == "" {
@@ -305,12 +327,7 @@ func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 				p.fail(kn, opath, "more than %d overrides", maxOverrides)
 				return
 			}
-			of := p.known(v, opath, "rate", "burst")
-			orate, oburst := of["rate"], of["burst"]
-			if orate == nil {
-				orate = rateNode // an override of the burst alone keeps the rule's rate
-			}
-			if ol, ok := p.limit(orate, oburst, opath); ok {
+			if ol := p.override(v, opath, specs); ol != nil {
 				r.Overrides[key] = ol
 			}
 		})
@@ -321,27 +338,150 @@ func (p *parser) rule(name string, n *yaml.Node, path string) *Rule {
 	return r
 }
 
-func (p *parser) limit(rateNode, burstNode *yaml.Node, path string) (bucket.Limit, bool) {
+// limitSpec is a parsed limit and the node its rate came from, which an
+// override that changes only the burst reuses.
+type limitSpec struct {
+	lim      bucket.Limit
+	rateNode *yaml.Node
+}
+
+// limitList parses a rule's limits: list, or an override's when base holds
+// the rule's limits (an override changes rates and bursts, not algorithms).
+func (p *parser) limitList(n *yaml.Node, path string, base []limitSpec) []limitSpec {
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		p.fail(n, path, "expected a list of limits such as [{rate: 10/1s}, {rate: 1000/1d, algorithm: fixed_window}], got %s", kindName(n))
+		return nil
+	}
+	if len(n.Content) > maxLimits {
+		p.fail(n, path, "%d limits; a rule holds at most %d", len(n.Content), maxLimits)
+		return nil
+	}
+	if base != nil && len(n.Content) != len(base) {
+		p.fail(n, path, "%d limits; the rule has %d and an override gives a rate (or burst) for each, in order", len(n.Content), len(base))
+		return nil
+	}
+	specs := make([]limitSpec, 0, len(n.Content))
+	for i, ln := range n.Content {
+		lpath := fmt.Sprintf("%s[%d]", path, i)
+		if base != nil {
+			f := p.known(ln, lpath, "rate", "burst")
+			if spec, ok := p.overrideLimit(ln, f, lpath, base[i]); ok {
+				specs = append(specs, spec)
+			}
+			continue
+		}
+		f := p.known(ln, lpath, "rate", "burst", "algorithm")
+		if f["rate"] == nil {
+			if ln.Kind == yaml.MappingNode {
+				p.fail(ln, lpath+".rate", "missing: every limit needs a rate such as 100/1s")
+			}
+			continue
+		}
+		if spec, ok := p.limit(f["rate"], f["burst"], f["algorithm"], bucket.AlgoTokenBucket, lpath); ok {
+			specs = append(specs, spec)
+		}
+	}
+	if len(specs) != len(n.Content) {
+		return nil
+	}
+	return specs
+}
+
+// override parses one key's override of a rule whose limits are base.
+func (p *parser) override(n *yaml.Node, path string, base []limitSpec) []bucket.Limit {
+	if len(base) == 0 {
+		return nil // the rule's own limits were bad: already reported
+	}
+	var specs []limitSpec
+	if len(base) > 1 {
+		f := p.known(n, path, "limits")
+		if f["limits"] == nil {
+			if n.Kind == yaml.MappingNode {
+				p.fail(n, path+".limits", "missing: the rule has %d limits, so an override gives limits: with a rate (or burst) for each", len(base))
+			}
+			return nil
+		}
+		specs = p.limitList(f["limits"], path+".limits", base)
+	} else {
+		f := p.known(n, path, "rate", "burst")
+		spec, ok := p.overrideLimit(n, f, path, base[0])
+		if !ok {
+			return nil
+		}
+		specs = []limitSpec{spec}
+	}
+	if specs == nil {
+		return nil
+	}
+	out := make([]bucket.Limit, len(specs))
+	for i, s := range specs {
+		out[i] = s.lim
+	}
+	return out
+}
+
+// overrideLimit parses an override's rate and burst for a limit of the rule;
+// either may be left out (the rule's rate is kept; the burst defaults as usual).
+func (p *parser) overrideLimit(n *yaml.Node, f map[string]*yaml.Node, path string, base limitSpec) (limitSpec, bool) {
+	if f["rate"] == nil && f["burst"] == nil {
+		if n.Kind == yaml.MappingNode {
+			p.fail(n, path, "an override needs a rate or a burst")
+		}
+		return limitSpec{}, false
+	}
+	rate := f["rate"]
+	if rate == nil {
+		rate = base.rateNode // an override of the burst alone keeps the rule's rate
+	}
+	return p.limit(rate, f["burst"], nil, base.lim.Algorithm(), path)
+}
+
+// limit parses a rate, an optional burst and an optional algorithm (def when absent).
+func (p *parser) limit(rateNode, burstNode, algoNode *yaml.Node, def bucket.Algorithm, path string) (limitSpec, bool) {
 	count, period, err := ParseRate(rateNode.Value)
 	if err != nil || rateNode.Kind != yaml.ScalarNode {
+		if err == nil {
+			err = fmt.Errorf("rate must be text such as 100/1s, got %s", kindName(rateNode))
+		}
 		p.fail(rateNode, path+".rate", "%v", err)
-		return bucket.Limit{}, false
+		return limitSpec{}, false
+	}
+	algo := def
+	if algoNode != nil {
+		a, err := bucket.ParseAlgorithm(algoNode.Value)
+		if err != nil || algoNode.Kind != yaml.ScalarNode {
+			p.fail(algoNode, path+".algorithm", "unknown algorithm %q (known: %s)", algoNode.Value, algorithmList())
+			return limitSpec{}, false
+		}
+		algo = a
 	}
 	burst := count
 	if burstNode != nil {
+		if !algo.HasBurst() {
+			p.fail(burstNode, path+".burst", "%s has no burst: it admits the rate's count per period", algo)
+			return limitSpec{}, false
+		}
 		b, err := strconv.ParseInt(burstNode.Value, 10, 64)
 		if err != nil || burstNode.Kind != yaml.ScalarNode || b <= 0 {
 			p.fail(burstNode, path+".burst", "must be a positive whole number, got %q", burstNode.Value)
-			return bucket.Limit{}, false
+			return limitSpec{}, false
 		}
 		burst = b
 	}
-	lim, err := bucket.NewLimit(count, period, burst)
+	lim, err := bucket.NewLimitOf(algo, count, period, burst)
 	if err != nil {
 		p.fail(rateNode, path, "%v", err)
-		return bucket.Limit{}, false
+		return limitSpec{}, false
 	}
-	return lim, true
+	return limitSpec{lim: lim, rateNode: rateNode}, true
+}
+
+func algorithmList() string {
+	var names []string
+	for _, a := range bucket.Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
 }
 
 // maxPeriodDays is the most days a time.Duration can hold.
@@ -412,15 +552,29 @@ func hashRules(r *Rules) string {
 	fmt.Fprintf(h, "unknown=%s\n", r.UnknownRule)
 	for _, name := range r.Names() {
 		rule := r.ByName[name]
-		fmt.Fprintf(h, "%s=%s shadow=%v soft=%g\n", name, rule.Limit, rule.Shadow, rule.SoftPercent)
+		fmt.Fprintf(h, "%s=%s shadow=%v soft=%g\n", name, limitsString(rule.Limits), rule.Shadow, rule.SoftPercent)
 		keys := make([]string, 0, len(rule.Overrides))
 		for k := range rule.Overrides {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(h, "%s[%q]=%s\n", name, k, rule.Overrides[k])
+			fmt.Fprintf(h, "%s[%q]=%s\n", name, k, limitsString(rule.Overrides[k]))
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// limitsString formats limits for the rules hash: a single limit exactly as
+// before rules could hold several, so a rules file's hash does not change
+// across versions unless its meaning does.
+func limitsString(ls []bucket.Limit) string {
+	if len(ls) == 1 {
+		return ls[0].String()
+	}
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.String()
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
 }

@@ -33,7 +33,7 @@ rules:
 		t.Errorf("unknown_rule = %v, want deny", r.UnknownRule)
 	}
 	api := r.ByName["api-per-user"]
-	if api == nil || api.Limit.Count() != 100 || api.Limit.Period() != time.Second || api.Limit.Burst() != 150 {
+	if api == nil || api.Limits[0].Count() != 100 || api.Limits[0].Period() != time.Second || api.Limits[0].Burst() != 150 {
 		t.Fatalf("api-per-user = %+v", api)
 	}
 	if l := api.LimitFor([]byte("premium")); l.Count() != 1000 || l.Burst() != 2000 {
@@ -42,10 +42,10 @@ rules:
 	if l := api.LimitFor([]byte("bursty")); l.Count() != 100 || l.Burst() != 500 {
 		t.Errorf("burst-only override = %s, want the rule's rate with burst 500", l)
 	}
-	if l := api.LimitFor([]byte("someone")); l != api.Limit {
+	if l := api.LimitFor([]byte("someone")); l != api.Limits[0] {
 		t.Errorf("key without override got %s", l)
 	}
-	if d := r.ByName["daily"].Limit; d.Period() != 24*time.Hour || d.Burst() != 5000 {
+	if d := r.ByName["daily"].Limits[0]; d.Period() != 24*time.Hour || d.Burst() != 5000 {
 		t.Errorf("daily = %s, want 5000/24h burst 5000 (burst defaults to count)", d)
 	}
 	if got := r.Names(); strings.Join(got, ",") != "api-per-user,daily" {

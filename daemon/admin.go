@@ -253,8 +253,15 @@ func (d *Daemon) RulesView() adminapi.RulesView {
 	out := adminapi.RulesView{Source: rs.Source, Hash: rs.Hash, UnknownRule: rs.UnknownRule.String(), Rules: []adminapi.RuleView{}}
 	for _, n := range rs.Names() {
 		r := rs.ByName[n]
-		out.Rules = append(out.Rules, adminapi.RuleView{Name: n, Limit: r.Limit.Count(), Period: r.Limit.Period().String(),
-			Burst: r.Limit.Burst(), Overrides: len(r.Overrides), Shadow: r.Shadow, SoftPercent: r.SoftPercent})
+		first := r.Limits[0]
+		v := adminapi.RuleView{Name: n, Limit: first.Count(), Period: first.Period().String(), Burst: first.Burst(),
+			Algorithm: first.Algorithm().String(), Overrides: len(r.Overrides), Shadow: r.Shadow, SoftPercent: r.SoftPercent}
+		if len(r.Limits) > 1 {
+			for _, l := range r.Limits {
+				v.Limits = append(v.Limits, limitView(l))
+			}
+		}
+		out.Rules = append(out.Rules, v)
 	}
 	return out
 }
@@ -293,11 +300,19 @@ func (d *Daemon) KeyView(rule, key string) (adminapi.KeyView, bool) {
 		return adminapi.KeyView{}, false
 	}
 	k := []byte(key)
-	lim := ar.LimitFor(k)
-	b, held := d.store.Balance(ar.ns, k, lim, d.now())
-	v := adminapi.KeyView{Rule: rule, Key: key, Balance: b, Debt: max(-b, 0), Limit: lim.Count(), Period: lim.Period().String(),
-		Burst: lim.Burst(), Held: held, Origins: []adminapi.OriginView{}}
-	if c, ok := d.store.Local(ar.ns, k); ok {
+	now := d.now()
+	lims := ar.LimitsFor(k)
+	b, held := d.store.Balance(ar.ns[0], k, lims[0], now)
+	v := adminapi.KeyView{Rule: rule, Key: key, Balance: b, Debt: max(-b, 0), Limit: lims[0].Count(), Period: lims[0].Period().String(),
+		Burst: lims[0].Burst(), Algorithm: lims[0].Algorithm().String(), Held: held, Origins: []adminapi.OriginView{}}
+	if len(lims) > 1 {
+		for i, l := range lims {
+			lv := limitView(l)
+			lv.Balance, lv.Held = d.store.Balance(ar.ns[i], k, l, now)
+			v.Limits = append(v.Limits, lv)
+		}
+	}
+	if c, ok := d.store.Local(ar.ns[0], k); ok {
 		v.Origins = append(v.Origins, adminapi.OriginView{Origin: d.settings.NodeName, Epoch: c.Epoch, Used: c.Used})
 	}
 	if d.syncer != nil {
@@ -362,3 +377,7 @@ func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 
 // adminReadTimeout bounds a scrape's request headers.
 const adminReadTimeout = 10 * time.Second
+
+func limitView(l bucket.Limit) adminapi.LimitView {
+	return adminapi.LimitView{Algorithm: l.Algorithm().String(), Limit: l.Count(), Period: l.Period().String(), Burst: l.Burst()}
+}

@@ -171,14 +171,14 @@ func TestAdminOperatorViews(t *testing.T) {
 		return w
 	}
 	writeRules(t, path, strings.Replace(testRules, "4/1s", "8/1s", 1))
-	if w := post(); w.Code != 200 || d.Rules().ByName["four"].Limit.Count() != 8 {
+	if w := post(); w.Code != 200 || d.Rules().ByName["four"].Limits[0].Count() != 8 {
 		t.Errorf("POST /v1/reload: %d %s", w.Code, w.Body.String())
 	}
 	writeRules(t, path, "rules: {four: {rate: 0/1s}}")
 	if w := post(); w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), "rules.yaml:1") {
 		t.Errorf("POST /v1/reload of a bad file: %d %s", w.Code, w.Body.String())
 	}
-	if d.Rules().ByName["four"].Limit.Count() != 8 {
+	if d.Rules().ByName["four"].Limits[0].Count() != 8 {
 		t.Error("a bad reload changed the rules")
 	}
 	if w := get(t, h, "/debug/pprof/"); w.Code != http.StatusNotFound {

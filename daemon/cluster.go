@@ -33,14 +33,16 @@ func (l ledger) Drain(fn func(gossip.Counter)) {
 	})
 }
 
+// Charge applies a peer's consumption of one limit of a rule; rule is the
+// limit's name (see limitName).
 func (l ledger) Charge(rule, key string, tokens uint64) {
-	ar, ok := l.d.rules.Load().byName[rule]
+	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return
 	}
 	k := []byte(key)
 	cost := int64(min(tokens, bucket.MaxCost))
-	after, err := l.d.store.Charge(ar.ns, k, ar.LimitFor(k), cost, l.d.now())
+	after, err := l.d.store.Charge(ar.ns[i], k, ar.LimitsFor(k)[i], cost, l.d.now())
 	if err == nil && after < 0 {
 		// The part of a peer's consumption that lands below zero was admitted
 		// somewhere in the cluster without tokens to cover it: overshoot.
@@ -55,8 +57,9 @@ func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
 }
 
 // eachHeld calls fn for every bucket that is not full, of a rule in force,
-// with the rule's name and the key's limit, until fn returns false. fn runs
-// under a shard lock (see bucket.Store.Snapshot) and must be quick.
+// with the name of the rule's limit (see limitName) and the key's limit,
+// until fn returns false. fn runs under a shard lock (see
+// bucket.Store.Snapshot) and must be quick.
 func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consumption, balance float64) bool) {
 	rs := d.rules.Load()
 	names := d.nsNames.Load()
@@ -64,23 +67,23 @@ func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consum
 		if int(ns) >= len(*names) {
 			return bucket.Limit{}, false
 		}
-		ar, ok := rs.byName[(*names)[ns]]
-		if !ok {
+		ar, i, ok := rs.resolve((*names)[ns])
+		if !ok || ar.ns[i] != ns {
 			return bucket.Limit{}, false
 		}
-		return ar.LimitFor([]byte(key)), true
+		return ar.LimitsFor([]byte(key))[i], true
 	}, func(c bucket.Consumption, lim bucket.Limit, balance float64) bool {
 		return fn((*names)[c.NS], lim, c, balance)
 	})
 }
 
 func (l ledger) Adopt(rule, key string, balance float64) bool {
-	ar, ok := l.d.rules.Load().byName[rule]
+	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return false
 	}
 	k := []byte(key)
-	return l.d.store.Adopt(ar.ns, k, ar.LimitFor(k), 0, balance, l.d.now())
+	return l.d.store.Adopt(ar.ns[i], k, ar.LimitsFor(k)[i], 0, balance, l.d.now())
 }
 
 // newSyncer builds the gossip syncer from the daemon's cluster settings.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +71,35 @@ type ruleSet struct {
 
 type activeRule struct {
 	*config.Rule
-	ns      bucket.Namespace
+	ns      []bucket.Namespace // one per limit, in the rule's order
 	counted ruleCounters
+}
+
+// limitName names a rule's i'th limit in gossip and in the store's
+// namespaces: the rule's name for the first, "name#i" for the others ('#'
+// cannot appear in a rule name).
+func limitName(rule string, i int) string {
+	if i == 0 {
+		return rule
+	}
+	return rule + "#" + strconv.Itoa(i)
+}
+
+// resolve finds the rule and limit a limit name (see limitName) refers to.
+func (rs *ruleSet) resolve(name string) (activeRule, int, bool) {
+	rule, idx := name, 0
+	if r, i, ok := strings.Cut(name, "#"); ok {
+		n, err := strconv.Atoi(i)
+		if err != nil || n < 1 {
+			return activeRule{}, 0, false
+		}
+		rule, idx = r, n
+	}
+	ar, ok := rs.byName[rule]
+	if !ok || idx >= len(ar.ns) {
+		return activeRule{}, 0, false
+	}
+	return ar, idx, true
 }
 
 // New builds a daemon: it validates the settings and loads the rules file (or
@@ -259,6 +288,6 @@ func (d *Daemon) Balance(rule, key string) (float64, bool) {
 		return 0, false
 	}
 	lim := ar.LimitFor([]byte(key))
-	b, _ := d.store.Balance(ar.ns, []byte(key), lim, d.now())
+	b, _ := d.store.Balance(ar.ns[0], []byte(key), lim, d.now())
 	return b, true
 }

@@ -185,7 +185,7 @@ func TestReloadRescalesKeepsBalancesAndRejectsBadFiles(t *testing.T) {
 	for range 4 {
 		decide(t, d, checks("four", "k"))
 	}
-	_, _ = d.store.Charge(d.rules.Load().byName["four"].ns, []byte("k"), d.rules.Load().byName["four"].Limit, 8, epoch)
+	_, _ = d.store.Charge(d.rules.Load().byName["four"].ns[0], []byte("k"), d.rules.Load().byName["four"].Limits[0], 8, epoch)
 	if bal, _ := d.Balance("four", "k"); bal != -8 {
 		t.Fatalf("setup: balance %v, want -8", bal)
 	}

@@ -52,33 +52,48 @@ func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 		if !ok {
 			return unknownRule(rs, &results[0]), nil
 		}
-		lim := ar.LimitFor(c.Key)
-		cost := int64(min(c.Cost, bucket.MaxCost+1))
-		var r bucket.Result
-		var soft bool
-		var err error
-		switch {
-		case c.MaxDelay > 0:
-			r, err = d.store.Reserve(ar.ns, c.Key, lim, cost, c.MaxDelay, now)
-		case ar.SoftPercent > 0:
-			r, soft, err = d.store.TakeOverdraft(ar.ns, c.Key, lim, cost, softMargin(ar, lim), now)
-		default:
-			r, err = d.store.Take(ar.ns, c.Key, lim, cost, now)
+		if len(ar.ns) == 1 {
+			return d.decideOne(ar, c, &results[0], now)
 		}
-		if err != nil {
-			return false, requestError(err)
-		}
-		results[0] = toResult(r, lim)
-		switch {
-		case soft:
-			results[0].Status = ipc.StatusSoft
-		case !r.Allowed && ar.Shadow:
-			results[0].Status = ipc.StatusShadowDenied // admitted; the limit would have refused
-		}
-		ar.counted.count(results[0].Status)
-		return results[0].Status.Admits(), nil
 	}
+	return d.decideAll(rs, checks, results, now)
+}
 
+// decideOne decides a request of one check of a rule with one limit, the
+// common case, in one step on the store (no check-then-charge window).
+func (d *Daemon) decideOne(ar activeRule, c *ipc.Check, result *ipc.Result, now time.Time) (bool, error) {
+	lim := ar.LimitFor(c.Key)
+	cost := int64(min(c.Cost, bucket.MaxCost+1))
+	var r bucket.Result
+	var soft bool
+	var err error
+	switch {
+	case c.MaxDelay > 0:
+		r, err = d.store.Reserve(ar.ns[0], c.Key, lim, cost, c.MaxDelay, now)
+	case ar.SoftPercent > 0:
+		r, soft, err = d.store.TakeOverdraft(ar.ns[0], c.Key, lim, cost, softMargin(ar, lim), now)
+	default:
+		r, err = d.store.Take(ar.ns[0], c.Key, lim, cost, now)
+	}
+	if err != nil {
+		return false, requestError(err)
+	}
+	*result = toResult(r, lim)
+	switch {
+	case soft:
+		result.Status = ipc.StatusSoft
+	case !r.Allowed && ar.Shadow:
+		result.Status = ipc.StatusShadowDenied // admitted; the limit would have refused
+	}
+	ar.counted.count(result.Status)
+	return result.Status.Admits(), nil
+}
+
+// decideAll decides several checks, or a rule with several limits: every
+// limit of every check is checked first, and all are charged only if all
+// admit. A check's result reports its binding limit: the refusing limit that
+// frees up last, or when all admit, the one with the least remaining.
+func (d *Daemon) decideAll(rs *ruleSet, checks []ipc.Check, results []ipc.Result, now time.Time) (bool, error) {
 	allowed := true
 	for i := range checks {
 		c := &checks[i]
@@ -87,32 +102,54 @@ func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 			allowed = unknownRule(rs, &results[i]) && allowed
 			continue
 		}
-		lim := ar.LimitFor(c.Key)
 		cost := int64(min(c.Cost, bucket.MaxCost+1))
-		var r bucket.Result
-		var soft bool
-		var err error
-		if ar.SoftPercent > 0 && c.MaxDelay == 0 {
-			r, soft, err = d.store.CheckOverdraft(ar.ns, c.Key, lim, cost, softMargin(ar, lim), now)
-		} else {
-			r, err = d.store.Check(ar.ns, c.Key, lim, cost, now)
+		refused, delayed, soft := false, false, false
+		bindRefused := false
+		for j, lim := range ar.LimitsFor(c.Key) {
+			var r bucket.Result
+			var s bool
+			var err error
+			if ar.SoftPercent > 0 && c.MaxDelay == 0 {
+				r, s, err = d.store.CheckOverdraft(ar.ns[j], c.Key, lim, cost, softMargin(ar, lim), now)
+			} else {
+				r, err = d.store.Check(ar.ns[j], c.Key, lim, cost, now)
+			}
+			if err != nil {
+				return false, requestError(err)
+			}
+			soft = soft || s
+			one := toResult(r, lim)
+			switch {
+			case r.Allowed:
+			case c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay:
+				delayed = true // its turn comes in time: charged below, the caller waits
+			default:
+				refused = true
+			}
+			// The binding limit: a refusing (or delaying) one over one that
+			// admits, the later of two that refuse, the tighter of two that admit.
+			denies := !r.Allowed
+			switch {
+			case j == 0, denies && !bindRefused,
+				denies && one.RetryAfter > results[i].RetryAfter,
+				!denies && !bindRefused && one.Remaining < results[i].Remaining:
+				results[i], bindRefused = one, denies
+			}
 		}
-		if err != nil {
-			return false, requestError(err)
-		}
-		results[i] = toResult(r, lim)
-		if soft {
-			results[i].Status = ipc.StatusSoft // within the soft margin: charged below if all admit
-		}
-		if !r.Allowed && c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay {
-			results[i].Status = ipc.StatusDelayed // its turn comes in time: charged below, caller waits
-			continue
-		}
-		if !r.Allowed && ar.Shadow {
+		switch {
+		case refused && ar.Shadow:
 			results[i].Status = ipc.StatusShadowDenied // admitted, not charged below
 			continue
+		case refused:
+			results[i].Status = ipc.StatusOverLimit
+		case delayed:
+			results[i].Status = ipc.StatusDelayed
+		case soft:
+			results[i].Status = ipc.StatusSoft // within the soft margin: charged below if all admit
+		default:
+			results[i].Status = ipc.StatusOK
 		}
-		allowed = allowed && r.Allowed
+		allowed = allowed && !refused
 	}
 	for i := range checks {
 		if ar, ok := rs.byName[string(checks[i].Rule)]; ok {
@@ -128,10 +165,14 @@ func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) 
 	}
 	for i := range checks {
 		c := &checks[i]
-		if ar, ok := rs.byName[string(c.Rule)]; ok && results[i].Status != ipc.StatusShadowDenied {
+		ar, ok := rs.byName[string(c.Rule)]
+		if !ok || results[i].Status == ipc.StatusShadowDenied {
+			continue
+		}
+		for j, lim := range ar.LimitsFor(c.Key) {
 			// Cannot fail: the key and cost passed Check above.
-			_, _ = d.store.Charge(ar.ns, c.Key, ar.LimitFor(c.Key), int64(c.Cost), now)
-			d.store.Record(ar.ns, c.Key, ar.LimitFor(c.Key), int64(c.Cost), now)
+			_, _ = d.store.Charge(ar.ns[j], c.Key, lim, int64(c.Cost), now)
+			d.store.Record(ar.ns[j], c.Key, lim, int64(c.Cost), now)
 		}
 	}
 	return true, nil
@@ -183,6 +224,6 @@ func (d *Daemon) Inspect(rule, key []byte) ipc.Inspection {
 		return ipc.Inspection{}
 	}
 	lim := ar.LimitFor(key)
-	b, _ := d.store.Balance(ar.ns, key, lim, d.now())
+	b, _ := d.store.Balance(ar.ns[0], key, lim, d.now())
 	return ipc.Inspection{Known: true, Balance: b, Limit: uint64(lim.Count()), Burst: uint64(lim.Burst())}
 }

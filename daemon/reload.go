@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/config"
@@ -80,12 +81,17 @@ func (d *Daemon) apply(rules *config.Rules) {
 	defer d.reloadMu.Unlock()
 	next := &ruleSet{rules: rules, byName: make(map[string]activeRule, len(rules.ByName))}
 	for name, r := range rules.ByName {
-		ns, ok := d.namespaces[name]
-		if !ok {
-			ns = bucket.Namespace(len(d.namespaces) + 1)
-			d.namespaces[name] = ns
+		ar := activeRule{Rule: r, ns: make([]bucket.Namespace, len(r.Limits)), counted: d.metrics.forRule(name)}
+		for i := range r.Limits {
+			ln := limitName(name, i)
+			ns, ok := d.namespaces[ln]
+			if !ok {
+				ns = bucket.Namespace(len(d.namespaces) + 1)
+				d.namespaces[ln] = ns
+			}
+			ar.ns[i] = ns
 		}
-		next.byName[name] = activeRule{Rule: r, ns: ns, counted: d.metrics.forRule(name)}
+		next.byName[name] = ar
 	}
 	names := make([]string, len(d.namespaces)+1)
 	for name, ns := range d.namespaces {
@@ -102,18 +108,23 @@ func (d *Daemon) apply(rules *config.Rules) {
 		if !ok || !limitsChanged(or.Rule, nr.Rule) {
 			continue
 		}
-		d.store.Rescale(nr.ns, func(key string) (bucket.Limit, bucket.Limit) {
-			return or.LimitFor([]byte(key)), nr.LimitFor([]byte(key))
-		}, now)
+		for i, ns := range nr.ns {
+			if i >= len(or.ns) || or.ns[i] != ns {
+				continue // a limit the rule did not have: its keys start afresh
+			}
+			d.store.Rescale(ns, func(key string) (bucket.Limit, bucket.Limit) {
+				return or.LimitsFor([]byte(key))[i], nr.LimitsFor([]byte(key))[i]
+			}, now)
+		}
 	}
 }
 
 func limitsChanged(a, b *config.Rule) bool {
-	if a.Limit != b.Limit || len(a.Overrides) != len(b.Overrides) {
+	if !slices.Equal(a.Limits, b.Limits) || len(a.Overrides) != len(b.Overrides) {
 		return true
 	}
 	for k, l := range a.Overrides {
-		if b.Overrides[k] != l {
+		if !slices.Equal(b.Overrides[k], l) {
 			return true
 		}
 	}

@@ -98,7 +98,7 @@ func TestRulesFromURL(t *testing.T) {
 	url := srv.URL + "/rules.yaml"
 
 	d := newURLDaemon(t, url)
-	if got := d.Rules(); got.Source != url || got.ByName["r"].Limit.Count() != 4 {
+	if got := d.Rules(); got.Source != url || got.ByName["r"].Limits[0].Count() != 4 {
 		t.Fatalf("rules at start: source %q, %v", got.Source, got.ByName)
 	}
 	for range 4 {
@@ -131,7 +131,7 @@ func TestRulesFromURL(t *testing.T) {
 	if e := d.lastReloadError.Load(); e == nil || !strings.Contains(*e, url+":4:") {
 		t.Errorf("reload error does not name URL and line: %v", e)
 	}
-	if d.Rules().ByName["r"].Limit.Count() != 8 {
+	if d.Rules().ByName["r"].Limits[0].Count() != 8 {
 		t.Error("a bad document changed the rules in force")
 	}
 

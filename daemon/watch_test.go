@@ -59,7 +59,7 @@ func waitRate(t *testing.T, d *Daemon, rule string, count int64) {
 	t.Helper()
 	pollUntil(t, fmt.Sprintf("rule %s has count %d", rule, count), func() bool {
 		r, ok := d.Rules().ByName[rule]
-		return ok && r.Limit.Count() == count
+		return ok && r.Limits[0].Count() == count
 	})
 }
 
@@ -86,7 +86,7 @@ func TestRulesFileIsWatched(t *testing.T) {
 	// A bad file keeps the last good rules, and a good one after it applies.
 	os.WriteFile(path, []byte("rules:\n  r:\n    rate: nonsense\n"), 0o600)
 	pollUntil(t, "the bad file is tried", func() bool { _, failed := d.ReloadCounts(); return failed > 0 })
-	if d.Rules().ByName["r"].Limit.Count() != 12 {
+	if d.Rules().ByName["r"].Limits[0].Count() != 12 {
 		t.Fatal("a bad file replaced the rules")
 	}
 	os.WriteFile(path, rulesWithCount(13), 0o600)
@@ -110,7 +110,7 @@ func TestRulesFileWatchedThroughConfigMapSymlinkSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := runWatching(t, path)
-	if d.Rules().ByName["r"].Limit.Count() != 20 {
+	if d.Rules().ByName["r"].Limits[0].Count() != 20 {
 		t.Fatal("initial rules not read through the links")
 	}
 	// The atomic swap: a new link renamed over ..data.

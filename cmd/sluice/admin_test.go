@@ -137,10 +137,10 @@ func TestMembersAndRules(t *testing.T) {
 				t.Error("no header with source, hash and unknown_rule")
 			}
 			for _, want := range [][]string{
-				{"NAME", "RATE", "BURST", "OVERRIDES", "MODE"},
-				{"api", "4/1h", "4", "1", "enforce"},
-				{"search", "50/1s", "100", "0", "shadow"},
-				{"partner", "200/1s", "200", "0", "soft", "10%"},
+				{"NAME", "RATE", "BURST", "ALGORITHM", "OVERRIDES", "MODE"},
+				{"api", "4/1h", "4", "token_bucket", "1", "enforce"},
+				{"search", "50/1s", "100", "token_bucket", "0", "shadow"},
+				{"partner", "200/1s", "200", "token_bucket", "0", "soft", "10%"},
 			} {
 				if got := row(out, want[0]); !slices.Equal(got, want) {
 					t.Errorf("row %q, want %q", got, want)
@@ -230,11 +230,11 @@ func TestInspect(t *testing.T) {
 		contains string     // in stdout or stderr
 	}{
 		{"balance after three of four", []string{"api", "alice"}, exitOK, [][]string{
-			{"rule", "api"}, {"key", "alice"}, {"balance", "1"}, {"debt", "0"}, {"limit", "4/1h"}, {"burst", "4"}, {"held", "yes"},
+			{"rule", "api"}, {"key", "alice"}, {"balance", "1"}, {"debt", "0"}, {"limit", "4/1h", "token_bucket"}, {"burst", "4"}, {"held", "yes"},
 			{"origins", "ORIGIN", "EPOCH", "USED"},
 		}, "3\n"},
 		{"key needing escapes", []string{"api", "a/b c%"}, exitOK, [][]string{{"balance", "3"}}, "key      a/b c%\n"},
-		{"override", []string{"api", "vip"}, exitOK, [][]string{{"balance", "90"}, {"limit", "100/1h"}, {"burst", "100"}}, ""},
+		{"override", []string{"api", "vip"}, exitOK, [][]string{{"balance", "90"}, {"limit", "100/1h", "token_bucket"}, {"burst", "100"}}, ""},
 		{"untouched key is full", []string{"api", "nobody"}, exitOK, [][]string{{"balance", "4"}},
 			"held     no (the daemon holds no bucket for it: it is full)\norigins  none counted"},
 		{"unknown rule", []string{"nope", "k"}, exitError, nil, `sluice inspect: the daemon has no rule "nope" (sluice rules lists those in force)`},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -159,9 +160,21 @@ func rules(c *cli.Context, a *adminClient) (int, error) {
 	}
 	fmt.Fprintf(w, "rules from %s, hash %s; checks naming an unknown rule: %s\n", orDash(v.Source), shortHash(v.Hash), orDash(v.UnknownRule))
 	tw := table(w)
-	fmt.Fprintln(tw, "NAME\tRATE\tBURST\tOVERRIDES\tMODE")
+	fmt.Fprintln(tw, "NAME\tRATE\tBURST\tALGORITHM\tOVERRIDES\tMODE")
 	for _, r := range v.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", r.Name, rate(r.Limit, r.Period), r.Burst, r.Overrides, mode(r))
+		limits := r.Limits
+		if len(limits) == 0 {
+			limits = []adminapi.LimitView{{Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period, Burst: r.Burst}}
+		}
+		// A rule with several limits takes a line per limit; the name,
+		// overrides and mode go on the first.
+		for i, l := range limits {
+			name, overrides, m := r.Name, strconv.Itoa(r.Overrides), mode(r)
+			if i > 0 {
+				name, overrides, m = "  +", "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", name, rate(l.Limit, l.Period), l.Burst, orDash(l.Algorithm), overrides, m)
+		}
 	}
 	return exitOK, tw.Flush()
 }
@@ -203,7 +216,12 @@ func inspect(c *cli.Context, a *adminClient) (int, error) {
 	tw := table(w)
 	fmt.Fprintf(tw, "rule\t%s\nkey\t%s\n", v.Rule, v.Key)
 	fmt.Fprintf(tw, "balance\t%s\ndebt\t%s\n", num(v.Balance), num(v.Debt))
-	fmt.Fprintf(tw, "limit\t%s\nburst\t%d\nheld\t%s\n", rate(v.Limit, v.Period), v.Burst, held)
+	fmt.Fprintf(tw, "limit\t%s %s\nburst\t%d\nheld\t%s\n", rate(v.Limit, v.Period), v.Algorithm, v.Burst, held)
+	for i, l := range v.Limits {
+		if i > 0 {
+			fmt.Fprintf(tw, "also\t%s %s: balance %s\n", rate(l.Limit, l.Period), l.Algorithm, num(l.Balance))
+		}
+	}
 	if len(v.Origins) == 0 {
 		fmt.Fprintln(tw, "origins\tnone counted (no admissions in the current bucket, or not clustered)")
 		return exitOK, tw.Flush()

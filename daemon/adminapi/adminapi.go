@@ -8,11 +8,15 @@ import "time"
 
 // RuleView is one rule as /v1/rules shows it.
 type RuleView struct {
-	Name        string  `json:"name"`
-	Limit       int64   `json:"limit"`
-	Period      string  `json:"period"`
-	Burst       int64   `json:"burst"`
-	Overrides   int     `json:"overrides"`
+	Name string `json:"name"`
+	// Limit, Period, Burst and Algorithm describe the rule's first limit.
+	Limit     int64  `json:"limit"`
+	Period    string `json:"period"`
+	Burst     int64  `json:"burst"`
+	Algorithm string `json:"algorithm"`
+	// Limits lists every limit when the rule has more than one.
+	Limits      []LimitView `json:"limits,omitempty"`
+	Overrides   int         `json:"overrides"`
 	Shadow      bool    `json:"shadow,omitempty"`
 	SoftPercent float64 `json:"soft_percent,omitempty"`
 }
@@ -60,13 +64,19 @@ type OriginView struct {
 
 // KeyView is what /v1/keys/{rule}/{key} returns.
 type KeyView struct {
-	Rule    string  `json:"rule"`
-	Key     string  `json:"key"`
-	Balance float64 `json:"balance"`
-	Debt    float64 `json:"debt"`
-	Limit   int64   `json:"limit"`
-	Period  string  `json:"period"`
-	Burst   int64   `json:"burst"`
+	Rule string `json:"rule"`
+	Key  string `json:"key"`
+	// Balance to Algorithm describe the key under the rule's first limit:
+	// tokens left for the buckets, requests left in the window for the
+	// windows (negative: consumption beyond the limit).
+	Balance   float64 `json:"balance"`
+	Debt      float64 `json:"debt"`
+	Limit     int64   `json:"limit"`
+	Period    string  `json:"period"`
+	Burst     int64   `json:"burst"`
+	Algorithm string  `json:"algorithm"`
+	// Limits lists the key under every limit when the rule has more than one.
+	Limits []LimitView `json:"limits,omitempty"`
 	// Held is false when the daemon holds no bucket for the key (it is full).
 	Held bool `json:"held"`
 	// Origins are the cumulative counters of the key's current bucket
@@ -108,4 +118,15 @@ type MemberStates struct {
 	Dead    int       `json:"dead"`
 	Left    int       `json:"left"`
 	At      time.Time `json:"at"`
+}
+
+// LimitView is one limit of a rule, and in a KeyView, one key's standing
+// under it.
+type LimitView struct {
+	Algorithm string  `json:"algorithm"`
+	Limit     int64   `json:"limit"`
+	Period    string  `json:"period"`
+	Burst     int64   `json:"burst"`
+	Balance   float64 `json:"balance,omitempty"`
+	Held      bool    `json:"held,omitempty"`
 }
