@@ -33,13 +33,15 @@ func (l ledger) Drain(fn func(gossip.Counter)) {
 	})
 }
 
-func (l ledger) Charge(rule, key string, tokens uint64) {
+func (l ledger) Charge(rule, key string, window, tokens uint64) {
 	ar, ok := l.d.rules.Load().byName[rule]
 	if !ok {
 		return
 	}
 	k := []byte(key)
 	cost := int64(min(tokens, bucket.MaxCost))
+	// TODO(windows): charge the named window once the store keeps windows;
+	// until then window is ignored (it is 0 for the bucket rules it holds).
 	after, err := l.d.store.Charge(ar.ns, k, ar.LimitFor(k), cost, l.d.now())
 	if err == nil && after < 0 {
 		// The part of a peer's consumption that lands below zero was admitted
@@ -74,12 +76,14 @@ func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consum
 	})
 }
 
-func (l ledger) Adopt(rule, key string, balance float64) bool {
+func (l ledger) Adopt(rule, key string, window uint64, balance float64) bool {
 	ar, ok := l.d.rules.Load().byName[rule]
 	if !ok {
 		return false
 	}
 	k := []byte(key)
+	// TODO(windows): adopt into the named window once the store keeps
+	// windows; until then window is ignored.
 	return l.d.store.Adopt(ar.ns, k, ar.LimitFor(k), balance, l.d.now())
 }
 
