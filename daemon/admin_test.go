@@ -192,10 +192,10 @@ func TestOvershootClientReportsAndLatencyMetrics(t *testing.T) {
 		decide(t, d, checks("four", "k")) // 2 of 4 left
 	}
 	peer := ledger{d}
-	peer.Charge("four", "k", 1) // covered: 1 left
-	peer.Charge("four", "k", 3) // 2 of these 3 land below zero
-	peer.Charge("four", "k", 2) // all below zero
-	peer.Charge("four", "other", 4)
+	peer.Charge("four", "k", 0, 1) // covered: 1 left
+	peer.Charge("four", "k", 0, 3) // 2 of these 3 land below zero
+	peer.Charge("four", "k", 0, 2) // all below zero
+	peer.Charge("four", "other", 0, 4)
 	d.ClientReport("svc", ipc.Report{FailedOpen: 9, FailedClosed: 1})
 	for range 2000 {
 		decide(t, d, checks("user", "u"))
@@ -241,8 +241,8 @@ func TestPprofOnlyWhenAskedFor(t *testing.T) {
 func TestAbsurdPeerCountersAreBounded(t *testing.T) {
 	d, _, _ := newDaemon(t, testRules)
 	peer := ledger{d}
-	peer.Charge("four", "victim", math.MaxUint64)
-	peer.Charge("four", "victim", math.MaxUint64)
+	peer.Charge("four", "victim", 0, math.MaxUint64)
+	peer.Charge("four", "victim", 0, math.MaxUint64)
 	b, _ := d.Balance("four", "victim")
 	if math.IsNaN(b) || math.IsInf(b, 0) || b < -2*float64(bucket.MaxCost)-4 || b > -float64(bucket.MaxCost) {
 		t.Fatalf("balance after two absurd charges: %v", b)

@@ -28,21 +28,21 @@ func (l ledger) Drain(fn func(gossip.Counter)) {
 	names := l.d.nsNames.Load()
 	l.d.store.DrainDirty(func(c bucket.Consumption) {
 		if int(c.NS) < len(*names) {
-			fn(gossip.Counter{Rule: (*names)[c.NS], Key: c.Key, Epoch: c.Epoch, Used: c.Used, Prev: c.Prev})
+			fn(gossip.Counter{Rule: (*names)[c.NS], Key: c.Key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev})
 		}
 	})
 }
 
-// Charge applies a peer's consumption of one limit of a rule; rule is the
-// limit's name (see limitName).
-func (l ledger) Charge(rule, key string, tokens uint64) {
+// Charge applies a peer's consumption of one limit of a rule in a window
+// (0 for the buckets); rule is the limit's name (see limitName).
+func (l ledger) Charge(rule, key string, window, tokens uint64) {
 	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return
 	}
 	k := []byte(key)
 	cost := int64(min(tokens, bucket.MaxCost))
-	after, err := l.d.store.Charge(ar.ns[i], k, ar.LimitsFor(k)[i], cost, l.d.now())
+	after, err := l.d.store.ChargeWindow(ar.ns[i], k, ar.LimitsFor(k)[i], cost, window, l.d.now())
 	if err == nil && after < 0 {
 		// The part of a peer's consumption that lands below zero was admitted
 		// somewhere in the cluster without tokens to cover it: overshoot.
@@ -52,7 +52,7 @@ func (l ledger) Charge(rule, key string, tokens uint64) {
 
 func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
 	l.d.eachHeld(func(rule string, _ bucket.Limit, c bucket.Consumption, balance float64) bool {
-		return fn(gossip.Counter{Rule: rule, Key: c.Key, Epoch: c.Epoch, Used: c.Used, Prev: c.Prev}, balance)
+		return fn(gossip.Counter{Rule: rule, Key: c.Key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev}, balance)
 	})
 }
 
@@ -77,13 +77,13 @@ func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consum
 	})
 }
 
-func (l ledger) Adopt(rule, key string, balance float64) bool {
+func (l ledger) Adopt(rule, key string, window uint64, balance float64) bool {
 	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return false
 	}
 	k := []byte(key)
-	return l.d.store.Adopt(ar.ns[i], k, ar.LimitsFor(k)[i], 0, balance, l.d.now())
+	return l.d.store.Adopt(ar.ns[i], k, ar.LimitsFor(k)[i], window, balance, l.d.now())
 }
 
 // newSyncer builds the gossip syncer from the daemon's cluster settings.

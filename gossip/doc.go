@@ -16,6 +16,15 @@
 // history. Messages are coalesced: one pending entry per (origin, key), so the
 // queue grows with hot keys, not with the request rate.
 //
+// Windowed algorithms (fixed window, sliding window counter, sliding log)
+// count per window: their counters also name a window, and a counter's
+// generation is (epoch, window), compared epoch first. A newer generation
+// starts the count over as a new epoch does; an older one is ignored, so a
+// window's counter that arrives after the next window's is lost, which errs
+// toward admitting more. Such keys have one pending entry per (origin, key,
+// window), so a window's last counter is not replaced by the next window's
+// first, and a round sends them in window order.
+//
 // # How it travels
 //
 // Every GossipInterval the syncer sends its pending counters, batched into

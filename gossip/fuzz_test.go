@@ -28,6 +28,8 @@ func samplePackets() [][]byte {
 	w.add("node-a", Counter{Rule: "api", Key: "alice", Epoch: 1, Prev: 0, Used: 3})
 	w.add("node-b", Counter{Rule: "api", Key: "bob", Epoch: 1 << 40, Prev: 1 << 33, Used: 1<<33 + 1})
 	w.add("node-a", Counter{Rule: "login", Key: strings.Repeat("k", 200), Epoch: 2, Prev: 5, Used: 9})
+	w.add("node-a", Counter{Rule: "window", Key: "carol", Epoch: 3, Window: 29_000_000, Prev: 1, Used: 4})
+	w.add("node-b", Counter{Rule: "window", Key: "carol", Epoch: 1, Window: math.MaxUint64, Prev: 0, Used: 2})
 	packets, _ := w.packets()
 	return packets
 }
@@ -41,6 +43,8 @@ var malformedPeerBytes = [][]byte{
 	{0x94, 0x02, 0xa1, 'a', 0xdd, 0x7f, 0xff, 0xff, 0xff},                                                           // 2^31 state entries
 	{0x94, 0x02, 0xa1, 'a', 0x90, 0xdc, 0xff, 0xff},                                                                 // 65535 seen entries
 	{0x94, 0x01, 0xa1, 'a', 0x91, 0xa1, 'a', 0x91, 0x96, 0x00, 0xa1, 'r', 0xa1, 'k', 0x01, 0x05, 0x01},              // prev above used
+	{0x94, 0x01, 0xa1, 'a', 0x91, 0xa1, 'a', 0x91, 0x97, 0x00, 0xa1, 'r', 0xa1, 'k', 0x01, 0x00, 0x01, 0x00},        // window 0 sent
+	{0x94, 0x02, 0xa1, 'a', 0x90, 0x91, 0x96, 0xa1, 'b', 0xa1, 'r', 0xa1, 'k', 0x01, 0x01, 0x00},                    // seen window 0 sent
 	{0x94, 0x02, 0xa1, 'a', 0x91, 0x95, 0xa1, 'r', 0xa1, 'k', 0x01, 0x01, 0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0, 0x90}, // +Inf balance
 	{0x92, 0xa1, 'v', 0xd9, 0xff},
 	[]byte("GET / HTTP/1.1\r\n\r\n"),
@@ -95,20 +99,28 @@ func FuzzDecodeCounters(f *testing.F) {
 
 // FuzzCountersRoundTrip writes fuzzed counters with the packet writer and
 // reads them back: what the writer produces within the caps is accepted
-// unchanged, and beyond them refused.
+// unchanged, and beyond them refused. The entries' windows mix 0 (bucket
+// counters) and the fuzzed window.
 func FuzzCountersRoundTrip(f *testing.F) {
-	f.Add("node-a", "node-b", "api", "alice", uint64(1), uint64(0), uint64(3), uint16(1300))
-	f.Add("", "", "", "", uint64(math.MaxUint64), uint64(math.MaxUint64), uint64(math.MaxUint64), uint16(0))
-	f.Add("n", "o", strings.Repeat("r", maxRuleLen+1), "k", uint64(1), uint64(2), uint64(1), uint16(64))
-	f.Fuzz(func(t *testing.T, sender, origin, rule, key string, epoch, prev, used uint64, limit uint16) {
+	f.Add("node-a", "node-b", "api", "alice", uint64(1), uint64(0), uint64(0), uint64(3), uint16(1300))
+	f.Add("node-a", "node-b", "api", "alice", uint64(1), uint64(29_000_000), uint64(0), uint64(3), uint16(1300))
+	f.Add("", "", "", "", uint64(math.MaxUint64), uint64(math.MaxUint64), uint64(math.MaxUint64), uint64(math.MaxUint64), uint16(0))
+	f.Add("n", "o", strings.Repeat("r", maxRuleLen+1), "k", uint64(1), uint64(1), uint64(2), uint64(1), uint16(64))
+	f.Fuzz(func(t *testing.T, sender, origin, rule, key string, epoch, window, prev, used uint64, limit uint16) {
 		w := newPacketWriter(sender, int(limit))
-		c := Counter{Rule: rule, Key: key, Epoch: epoch, Prev: prev, Used: used}
+		c := Counter{Rule: rule, Key: key, Epoch: epoch, Window: window, Prev: prev, Used: used}
+		var written []Counter
 		for i := range 3 {
 			ci := c
 			ci.Key = key[:len(key)*i/3]
+			if i == 1 {
+				ci.Window = 0
+			}
 			w.add(origin, ci)
+			written = append(written, ci)
 		}
 		w.add(sender, c)
+		written = append(written, c)
 		packets, counts := w.packets()
 		fieldsValid := len(sender) <= maxNameLen && len(rule) <= maxRuleLen && len(key) <= maxKeyLen && prev <= used
 		total := 0
@@ -119,10 +131,10 @@ func FuzzCountersRoundTrip(f *testing.F) {
 			if counts[i] > 1 && len(p) > int(limit) {
 				t.Fatalf("packet %d of %d bytes holds %d entries, limit %d", i, len(p), counts[i], limit)
 			}
-			n := 0
-			s, err := decodeCounters(p, func(string, Counter) { n++ })
-			if valid && (err != nil || s != sender || n != counts[i]) {
-				t.Fatalf("packet %d: sender %q, %d entries of %d, %v", i, s, n, counts[i], err)
+			var got []Counter
+			s, err := decodeCounters(p, func(_ string, c Counter) { got = append(got, c) })
+			if valid && (err != nil || s != sender || !reflect.DeepEqual(got, written[total:total+counts[i]])) {
+				t.Fatalf("packet %d: sender %q, %v\n got %+v\nwant %+v", i, s, err, got, written[total:total+counts[i]])
 			}
 			if !valid && err == nil {
 				t.Fatalf("packet %d beyond the caps accepted", i)
@@ -142,6 +154,9 @@ func FuzzDecodeState(f *testing.F) {
 	f.Add(encodeState("node-a",
 		[]stateEntry{{c: Counter{Rule: "api", Key: "alice", Epoch: 3, Used: 12, Prev: 12}, balance: -8.5}, {c: Counter{Rule: "login", Key: "10.0.0.1"}, balance: 5}},
 		[]seenEntry{{origin: "node-b", c: Counter{Rule: "api", Key: "alice", Epoch: 2, Used: 7, Prev: 7}}}))
+	f.Add(encodeState("node-a",
+		[]stateEntry{{c: Counter{Rule: "window", Key: "carol", Epoch: 3, Window: 29_000_000, Used: 12, Prev: 12}, balance: -2}, {c: Counter{Rule: "api", Key: "alice"}, balance: 5}},
+		[]seenEntry{{origin: "node-b", c: Counter{Rule: "window", Key: "carol", Epoch: 2, Window: math.MaxUint64, Used: 7, Prev: 7}}, {origin: "node-c", c: Counter{Rule: "api", Key: "alice", Epoch: 1, Used: 1, Prev: 1}}}))
 	f.Add(encodeState("", nil, nil))
 	for _, b := range malformedPeerBytes {
 		f.Add(b)

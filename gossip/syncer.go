@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -30,7 +31,7 @@ type Syncer struct {
 	self   string
 
 	mu      sync.Mutex
-	pending map[counterKey]*pendingCounter
+	pending map[pendingKey]*pendingCounter
 	seen    map[counterKey]*seenRange
 	meta    []byte
 	rnd     *rand.Rand
@@ -55,16 +56,36 @@ type Syncer struct {
 
 type counterKey struct{ origin, rule, key string }
 
+// pendingKey names a pending counter: one per window, so that the last
+// counter of a window and the first of the next both go out.
+type pendingKey struct {
+	counterKey
+	window uint64
+}
+
 type pendingCounter struct {
 	c         Counter
 	transmits int // rounds left to send it in
 }
 
-// seenRange is the part [lo, hi] of an origin's counter already charged here.
-// touched says a counter for it arrived since the last prune.
+// seenRange is the part [lo, hi] of an origin's counter already charged here,
+// in the counter's generation (epoch, window). touched says a counter for it
+// arrived since the last prune.
 type seenRange struct {
-	epoch, lo, hi uint64
+	epoch, window uint64
+	lo, hi        uint64
 	touched       bool
+}
+
+// compareGen orders two counters of one origin's key by generation: the
+// epoch first, then the window (always 0 for bucket algorithms). It returns
+// -1, 0 or +1 as a is older than, the same as, or newer than b. A newer
+// generation starts the count over; an older one is stale.
+func compareGen(aEpoch, aWindow, bEpoch, bWindow uint64) int {
+	if c := cmp.Compare(aEpoch, bEpoch); c != 0 {
+		return c
+	}
+	return cmp.Compare(aWindow, bWindow)
 }
 
 // Stats counts a syncer's traffic; read it with Stats.
@@ -89,7 +110,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		ledger:  ledger,
 		log:     cfg.Logger,
 		self:    cfg.NodeName,
-		pending: map[counterKey]*pendingCounter{},
+		pending: map[pendingKey]*pendingCounter{},
 		seen:    map[counterKey]*seenRange{},
 		failed:  map[string]failedMember{},
 		peers:   map[string]memberlist.Node{},
@@ -280,10 +301,11 @@ func (s *Syncer) Keys() [][]byte {
 func (s *Syncer) Self() string { return s.self }
 
 // OriginCount is how much of one key's consumption an origin has reported
-// here, in the origin's current bucket epoch.
+// here, in the origin's current bucket epoch and window.
 type OriginCount struct {
 	Origin string
 	Epoch  uint64
+	Window uint64 // 0 for bucket algorithms
 	Used   uint64 // the highest cumulative count heard
 }
 
@@ -295,7 +317,7 @@ func (s *Syncer) Origins(rule, key string) []OriginCount {
 	var out []OriginCount
 	for k, sr := range s.seen {
 		if k.rule == rule && k.key == key {
-			out = append(out, OriginCount{Origin: k.origin, Epoch: sr.epoch, Used: sr.hi})
+			out = append(out, OriginCount{Origin: k.origin, Epoch: sr.epoch, Window: sr.window, Used: sr.hi})
 		}
 	}
 	s.mu.Unlock()
@@ -413,20 +435,13 @@ func (s *Syncer) round() {
 		s.mu.Unlock()
 		return
 	}
-	w := newPacketWriter(s.self, s.cfg.PacketSize)
-	for k, p := range s.pending {
-		w.add(k.origin, p.c)
-		if p.transmits--; p.transmits <= 0 {
-			delete(s.pending, k)
-		}
-	}
+	packets, counts := s.packPendingLocked()
 	if !fanout && len(targets) > s.cfg.GossipNodes {
 		s.rnd.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
 		targets = targets[:s.cfg.GossipNodes]
 	}
 	s.mu.Unlock()
 
-	packets, counts := w.packets()
 	for i, p := range packets {
 		for _, n := range targets {
 			if err := s.ml.SendBestEffort(n, p); err != nil {
@@ -440,21 +455,58 @@ func (s *Syncer) round() {
 	}
 }
 
+// packPendingLocked writes the pending counters into packets, counting one
+// transmission of each and dropping those sent often enough. Windowed
+// counters go in ascending window order, so a receiver meets the last
+// counter of a window before the first of the next; bucket counters (window
+// 0) go first, in any order. Caller holds s.mu.
+func (s *Syncer) packPendingLocked() ([][]byte, []int) {
+	w := newPacketWriter(s.self, s.cfg.PacketSize)
+	send := func(k pendingKey, p *pendingCounter) {
+		w.add(k.origin, p.c)
+		if p.transmits--; p.transmits <= 0 {
+			delete(s.pending, k)
+		}
+	}
+	var windowed []pendingKey
+	for k, p := range s.pending {
+		if k.window == 0 {
+			send(k, p)
+		} else {
+			windowed = append(windowed, k)
+		}
+	}
+	slices.SortFunc(windowed, func(a, b pendingKey) int { return cmp.Compare(a.window, b.window) })
+	for _, k := range windowed {
+		send(k, s.pending[k])
+	}
+	return w.packets()
+}
+
 // queueLocked makes c pending, coalescing with what is already pending for
-// the same (origin, rule, key): one entry each, the newest counter, the
-// earliest previous value not yet sent. Caller holds s.mu.
+// the same (origin, rule, key, window): one entry each, the newest counter,
+// the earliest previous value not yet sent. A counter of another window is
+// another entry, so a key moving to a new window leaves its old window's
+// last counter queued beside the new one. Caller holds s.mu.
+//
+// At MaxPending, new relayed entries are dropped, and so are this node's own
+// windowed ones (a key leaves one entry per window while no member is there
+// to take them); push-pull repairs what is dropped. This node's own bucket
+// counters are always queued: one per key, bounded by the ledger's keys.
 func (s *Syncer) queueLocked(origin string, c Counter, transmits int) {
-	k := counterKey{origin, c.Rule, c.Key}
+	k := pendingKey{counterKey{origin, c.Rule, c.Key}, c.Window}
 	p, ok := s.pending[k]
-	switch {
-	case !ok:
-		if len(s.pending) >= s.cfg.MaxPending && origin != s.self {
-			return // relays are best-effort; push-pull repairs what is dropped
+	if !ok {
+		if len(s.pending) >= s.cfg.MaxPending && (origin != s.self || c.Window != 0) {
+			return
 		}
 		s.pending[k] = &pendingCounter{c: c, transmits: transmits}
-	case c.Epoch > p.c.Epoch:
+		return
+	}
+	switch compareGen(c.Epoch, c.Window, p.c.Epoch, p.c.Window) {
+	case 1:
 		*p = pendingCounter{c: c, transmits: transmits}
-	case c.Epoch == p.c.Epoch:
+	case 0:
 		p.c.Used = max(p.c.Used, c.Used)
 		p.c.Prev = min(p.c.Prev, c.Prev)
 		p.transmits = max(p.transmits, transmits)
@@ -463,20 +515,24 @@ func (s *Syncer) queueLocked(origin string, c Counter, transmits int) {
 
 // applyLocked records an origin's counter and returns the tokens not yet
 // charged here, and whether it told this node anything new. Caller holds s.mu.
+//
+// A counter of a newer generation (see compareGen) starts the seen range
+// over and charges what its packet names, Used−Prev, as a first sighting
+// does. One of an older generation charges nothing: a window's counter that
+// arrives after the next window's is lost, which errs toward admitting more.
 func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool) {
 	k := counterKey{origin, c.Rule, c.Key}
 	sr := s.seen[k]
-	if sr != nil {
-		sr.touched = true
+	if sr == nil {
+		s.rememberLocked(k, seenRange{epoch: c.Epoch, window: c.Window, lo: c.Prev, hi: c.Used})
+		return c.Used - c.Prev, true
 	}
-	switch {
-	case sr == nil:
-		s.rememberLocked(k, seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used})
+	sr.touched = true
+	switch compareGen(c.Epoch, c.Window, sr.epoch, sr.window) {
+	case 1:
+		*sr = seenRange{epoch: c.Epoch, window: c.Window, lo: c.Prev, hi: c.Used, touched: true}
 		return c.Used - c.Prev, true
-	case c.Epoch > sr.epoch:
-		*sr = seenRange{epoch: c.Epoch, lo: c.Prev, hi: c.Used, touched: true}
-		return c.Used - c.Prev, true
-	case c.Epoch < sr.epoch:
+	case -1:
 		return 0, false
 	}
 	if c.Used > sr.hi {
@@ -491,8 +547,8 @@ func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool
 }
 
 type charge struct {
-	rule, key string
-	tokens    uint64
+	rule, key      string
+	window, tokens uint64
 }
 
 // receive applies a counters packet from a peer.
@@ -510,7 +566,7 @@ func (s *Syncer) receive(b []byte) {
 		}
 		tokens, news := s.applyLocked(origin, c)
 		if tokens > 0 {
-			charges = append(charges, charge{c.Rule, c.Key, tokens})
+			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 		if news && relay {
 			s.queueLocked(origin, c, transmits)
@@ -527,7 +583,7 @@ func (s *Syncer) receive(b []byte) {
 
 func (s *Syncer) charge(charges []charge) {
 	for _, c := range charges {
-		s.ledger.Charge(c.rule, c.key, c.tokens)
+		s.ledger.Charge(c.rule, c.key, c.window, c.tokens)
 		s.stats.TokensCharged.Add(c.tokens)
 	}
 }
@@ -562,7 +618,7 @@ func (s *Syncer) localState() []byte {
 		if size += entryOverhead + len(k.origin) + len(k.rule) + len(k.key); size > stateBudget/2 {
 			break
 		}
-		seen = append(seen, seenEntry{origin: k.origin, c: Counter{Rule: k.rule, Key: k.key, Epoch: sr.epoch, Used: sr.hi}})
+		seen = append(seen, seenEntry{origin: k.origin, c: Counter{Rule: k.rule, Key: k.key, Epoch: sr.epoch, Window: sr.window, Used: sr.hi}})
 	}
 	s.mu.Unlock()
 	return encodeState(s.self, entries, seen)
@@ -585,7 +641,7 @@ func (s *Syncer) mergeState(b []byte) {
 	// peer's own counter says that this node has not yet heard.
 	adopted := make(map[[2]string]bool)
 	for _, e := range entries {
-		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.balance) {
+		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, e.balance) {
 			adopted[[2]string{e.c.Rule, e.c.Key}] = true
 		}
 	}
@@ -597,7 +653,7 @@ func (s *Syncer) mergeState(b []byte) {
 			continue
 		}
 		if tokens, _ := s.applyLocked(origin, e.c); tokens > 0 {
-			charges = append(charges, charge{e.c.Rule, e.c.Key, tokens})
+			charges = append(charges, charge{e.c.Rule, e.c.Key, e.c.Window, tokens})
 		}
 	}
 	for _, e := range seen {
@@ -647,12 +703,14 @@ func (s *Syncer) pruneSeen() {
 func (s *Syncer) baselineLocked(origin string, c Counter) {
 	k := counterKey{origin, c.Rule, c.Key}
 	sr := s.seen[k]
-	switch {
-	case sr == nil:
-		s.rememberLocked(k, seenRange{epoch: c.Epoch, lo: 0, hi: c.Used})
-	case c.Epoch > sr.epoch:
-		*sr = seenRange{epoch: c.Epoch, lo: 0, hi: c.Used, touched: true}
-	case c.Epoch == sr.epoch:
+	if sr == nil {
+		s.rememberLocked(k, seenRange{epoch: c.Epoch, window: c.Window, lo: 0, hi: c.Used})
+		return
+	}
+	switch compareGen(c.Epoch, c.Window, sr.epoch, sr.window) {
+	case 1:
+		*sr = seenRange{epoch: c.Epoch, window: c.Window, lo: 0, hi: c.Used, touched: true}
+	case 0:
 		sr.lo, sr.hi, sr.touched = 0, max(sr.hi, c.Used), true // everything up to Used is in the adopted balance
 	}
 }

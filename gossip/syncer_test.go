@@ -2,6 +2,8 @@ package gossip
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -52,14 +54,18 @@ func TestSeenTableIsBounded(t *testing.T) {
 	}
 }
 
-// memLedger is an in-memory Ledger: it records charges and hands out queued counters.
+// memLedger is an in-memory Ledger: it records charges, per key and per
+// window, and hands out queued counters.
 type memLedger struct {
 	mu      sync.Mutex
 	queued  []Counter
-	charged map[string]uint64
+	charged map[string]uint64 // by rule/key, all windows
+	windows map[uint64]uint64 // by window, all keys
 }
 
-func newMemLedger() *memLedger { return &memLedger{charged: map[string]uint64{}} }
+func newMemLedger() *memLedger {
+	return &memLedger{charged: map[string]uint64{}, windows: map[uint64]uint64{}}
+}
 
 func (l *memLedger) Drain(fn func(Counter)) {
 	l.mu.Lock()
@@ -70,13 +76,14 @@ func (l *memLedger) Drain(fn func(Counter)) {
 		fn(c)
 	}
 }
-func (l *memLedger) Charge(rule, key string, tokens uint64) {
+func (l *memLedger) Charge(rule, key string, window, tokens uint64) {
 	l.mu.Lock()
 	l.charged[rule+"/"+key] += tokens
+	l.windows[window] += tokens
 	l.mu.Unlock()
 }
-func (l *memLedger) Snapshot(func(Counter, float64) bool) {}
-func (l *memLedger) Adopt(string, string, float64) bool   { return false }
+func (l *memLedger) Snapshot(func(Counter, float64) bool)       {}
+func (l *memLedger) Adopt(string, string, uint64, float64) bool { return false }
 func (l *memLedger) add(c Counter) {
 	l.mu.Lock()
 	l.queued = append(l.queued, c)
@@ -183,13 +190,13 @@ type adoptLedger struct {
 	adopt bool
 }
 
-func (l adoptLedger) Adopt(string, string, float64) bool { return l.adopt }
+func (l adoptLedger) Adopt(string, string, uint64, float64) bool { return l.adopt }
 
 func TestMergeStateAdoptsWithoutDoubleCounting(t *testing.T) {
 	for _, adopt := range []bool{true, false} {
 		l := adoptLedger{newMemLedger(), adopt}
 		s := &Syncer{cfg: Config{MaxSeen: 100, FanoutLimit: 64}, self: "me", ledger: l, seen: map[counterKey]*seenRange{},
-			pending: map[counterKey]*pendingCounter{}, log: hclog.NewNullLogger()}
+			pending: map[pendingKey]*pendingCounter{}, log: hclog.NewNullLogger()}
 		// Peer "a" is at −10: its own 10, and 10 of "b"'s it has charged.
 		state := encodeState("a",
 			[]stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 10, Prev: 10}, balance: -10}},
@@ -260,5 +267,160 @@ func TestIdleCountersAreForgottenSafely(t *testing.T) {
 	}
 	if got := apply("busy", 5, 6); got != 0 {
 		t.Fatalf("a kept counter's duplicate charged %d", got)
+	}
+}
+
+// A counter's generation is (epoch, window), epoch first: a newer one starts
+// the count over, an older one is stale.
+func TestApplyOrdersWindowsWithinEpochs(t *testing.T) {
+	type msg struct {
+		epoch, window, prev, used uint64
+		want                      uint64 // tokens charged by this message
+	}
+	tests := []struct {
+		name string
+		msgs []msg
+	}{
+		{"the next window resets and charges Used−Prev", []msg{{1, 5, 0, 10, 10}, {1, 6, 0, 3, 3}, {1, 6, 3, 4, 1}}},
+		{"the next window first heard midway: only the named increment", []msg{{1, 5, 0, 10, 10}, {1, 6, 2, 7, 5}, {1, 6, 7, 9, 2}}},
+		{"a window's last counter, then the next's first", []msg{{1, 5, 0, 3, 3}, {1, 5, 3, 8, 5}, {1, 6, 0, 2, 2}}},
+		{"a late counter of the previous window charges nothing", []msg{{1, 5, 0, 10, 10}, {1, 6, 0, 3, 3}, {1, 5, 10, 12, 0}, {1, 6, 3, 5, 2}}},
+		{"duplicates within a window charge nothing", []msg{{1, 5, 0, 3, 3}, {1, 5, 0, 3, 0}, {1, 5, 3, 5, 2}, {1, 5, 3, 5, 0}}},
+		{"reordered within a window: the late packet fills the gap", []msg{{1, 5, 3, 5, 2}, {1, 5, 0, 3, 3}, {1, 5, 0, 5, 0}}},
+		{"a new epoch with a smaller window wins", []msg{{1, 9, 0, 10, 10}, {2, 3, 0, 4, 4}, {1, 9, 10, 20, 0}, {2, 3, 4, 6, 2}}},
+		{"an old epoch with a larger window is stale", []msg{{2, 3, 0, 4, 4}, {1, 9, 0, 10, 0}}},
+		{"a windowed counter after a bucket one of the same epoch is newer", []msg{{1, 0, 0, 4, 4}, {1, 1, 0, 2, 2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
+			for i, m := range tt.msgs {
+				got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: m.epoch, Window: m.window, Prev: m.prev, Used: m.used})
+				if got != m.want {
+					t.Fatalf("message %d %+v charged %d, want %d", i, m, got, m.want)
+				}
+			}
+		})
+	}
+}
+
+// A push-pull baseline follows the same order: an older window's is ignored,
+// a newer one's replaces the range without charging.
+func TestBaselineOrdersWindows(t *testing.T) {
+	s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
+	apply := func(window, prev, used uint64) uint64 {
+		got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: 1, Window: window, Prev: prev, Used: used})
+		return got
+	}
+	baseline := func(window, used uint64) {
+		s.baselineLocked("peer", Counter{Rule: "r", Key: "k", Epoch: 1, Window: window, Prev: used, Used: used})
+	}
+	steps := []struct {
+		name string
+		do   func() uint64
+		want uint64
+	}{
+		{"first counter of window 6", func() uint64 { return apply(6, 0, 5) }, 5},
+		{"baseline of window 5 is stale", func() uint64 { baseline(5, 100); return 0 }, 0},
+		{"window 6 goes on above 5", func() uint64 { return apply(6, 5, 7) }, 2},
+		{"baseline of window 7", func() uint64 { baseline(7, 4); return 0 }, 0},
+		{"window 7 up to the baseline charges nothing", func() uint64 { return apply(7, 0, 4) }, 0},
+		{"window 7 above the baseline", func() uint64 { return apply(7, 4, 6) }, 2},
+	}
+	for _, st := range steps {
+		if got := st.do(); got != st.want {
+			t.Fatalf("%s: charged %d, want %d", st.name, got, st.want)
+		}
+	}
+	if got := s.Origins("r", "k"); len(got) != 1 || got[0] != (OriginCount{Origin: "peer", Epoch: 1, Window: 7, Used: 6}) {
+		t.Fatalf("Origins = %+v", got)
+	}
+}
+
+// When a key moves to a new window between rounds, the old window's last
+// counter and the new one's first are both queued, and a round's packet
+// lists the windows in ascending order.
+func TestPendingKeepsEachWindowAndSendsThemInOrder(t *testing.T) {
+	for range 20 { // map iteration order varies: try it several times
+		s := &Syncer{cfg: Config{MaxPending: 100, PacketSize: 1300}, self: "me", pending: map[pendingKey]*pendingCounter{}}
+		queue := func(key string, window, prev, used uint64) {
+			s.queueLocked("me", Counter{Rule: "r", Key: key, Epoch: 1, Window: window, Prev: prev, Used: used}, 1)
+		}
+		queue("k", 6, 0, 2)
+		queue("k", 5, 0, 3)
+		queue("k", 5, 3, 8) // coalesces with the first counter of window 5
+		queue("other", 7, 0, 1)
+		queue("other", 4, 0, 9)
+		queue("bucket", 0, 0, 4)
+		queue("bucket", 0, 4, 6)
+		if len(s.pending) != 5 {
+			t.Fatalf("%d pending entries, want 5", len(s.pending))
+		}
+		packets, _ := s.packPendingLocked()
+		if len(packets) != 1 || len(s.pending) != 0 {
+			t.Fatalf("%d packets, %d entries left pending", len(packets), len(s.pending))
+		}
+		var got []Counter
+		if _, err := decodeCounters(packets[0], func(_ string, c Counter) { got = append(got, c) }); err != nil {
+			t.Fatal(err)
+		}
+		var windows []uint64
+		var k []Counter
+		for _, c := range got {
+			if c.Window != 0 {
+				windows = append(windows, c.Window)
+			}
+			if c.Key == "k" {
+				k = append(k, c)
+			}
+		}
+		if !slices.IsSorted(windows) || len(windows) != 4 {
+			t.Fatalf("windows sent in the order %v", windows)
+		}
+		want := []Counter{{Rule: "r", Key: "k", Epoch: 1, Window: 5, Prev: 0, Used: 8}, {Rule: "r", Key: "k", Epoch: 1, Window: 6, Prev: 0, Used: 2}}
+		if !slices.Equal(k, want) {
+			t.Fatalf("key k sent as %+v, want %+v", k, want)
+		}
+		if i := slices.IndexFunc(got, func(c Counter) bool { return c.Key == "bucket" }); i < 0 || got[i].Prev != 0 || got[i].Used != 6 {
+			t.Fatalf("bucket counter sent as %+v", got)
+		}
+	}
+}
+
+// The pending queue stays bounded: relayed entries and this node's own
+// windowed ones are dropped at MaxPending (a key that changes window while
+// no member takes its counters would otherwise grow it without end); own
+// bucket counters, one per key, are always queued, as before windows.
+func TestPendingIsBoundedAcrossWindows(t *testing.T) {
+	s := &Syncer{cfg: Config{MaxPending: 10, PacketSize: 1300}, self: "me", pending: map[pendingKey]*pendingCounter{}}
+	for w := range uint64(100) {
+		s.queueLocked("me", Counter{Rule: "r", Key: "k", Epoch: 1, Window: w + 1, Used: 1}, 1)
+		s.queueLocked("peer", Counter{Rule: "r", Key: "k", Epoch: 1, Window: w + 1, Used: 1}, 1)
+	}
+	if len(s.pending) != 10 {
+		t.Fatalf("%d pending entries, cap 10", len(s.pending))
+	}
+	for i := range 20 {
+		s.queueLocked("me", Counter{Rule: "r", Key: fmt.Sprint("bucket-", i), Epoch: 1, Used: 1}, 1)
+	}
+	if len(s.pending) != 30 {
+		t.Fatalf("%d pending entries, want 10 windowed and 20 own bucket counters", len(s.pending))
+	}
+}
+
+// Windows travel from a peer's packet to the ledger: each charge names the
+// window it belongs to.
+func TestReceiveChargesTheNamedWindow(t *testing.T) {
+	l := newMemLedger()
+	s := &Syncer{cfg: Config{MaxSeen: 100, FanoutLimit: 64}, self: "me", ledger: l, seen: map[counterKey]*seenRange{},
+		pending: map[pendingKey]*pendingCounter{}, log: hclog.NewNullLogger()}
+	w := newPacketWriter("b", 1300)
+	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Window: 5, Prev: 0, Used: 8})
+	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Window: 6, Prev: 0, Used: 2})
+	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Window: 5, Prev: 8, Used: 9}) // late: lost
+	w.add("b", Counter{Rule: "r", Key: "bucket", Epoch: 1, Prev: 0, Used: 4})
+	s.receive(first(w.packets()))
+	if want := map[uint64]uint64{0: 4, 5: 8, 6: 2}; !maps.Equal(l.windows, want) {
+		t.Fatalf("charged by window %v, want %v", l.windows, want)
 	}
 }

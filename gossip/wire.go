@@ -10,12 +10,19 @@ import (
 // Wire formats, msgpack arrays decoded by hand with every count and length
 // checked against the bytes present before anything is allocated:
 //
-//	counters packet  [1, sender, [origin, ...], [[origin_index, rule, key, epoch, prev, used], ...]]
-//	push-pull state  [2, origin, [[rule, key, epoch, used, balance], ...], [[seen_origin, rule, key, epoch, used], ...]]
+//	counters packet  [1, sender, [origin, ...], [[origin_index, rule, key, epoch, prev, used(, window)], ...]]
+//	push-pull state  [2, origin, [[rule, key, epoch, used, balance(, window)], ...], [[seen_origin, rule, key, epoch, used(, window)], ...]]
 //
 // The state's second list is what the sender has already charged of other
 // origins' counters for the keys it lists: a receiver that takes the
 // sender's balance takes these too, so it never charges them again.
+//
+// The trailing window is present exactly when a counter's Window is not 0
+// (windowed algorithms); bucket algorithms' counters omit it, so their
+// entries are what they were before windows existed and older peers read
+// them. An entry that carries a window of 0 is malformed: each counter has
+// one encoding. Older peers refuse packets holding windowed entries, which
+// only rules with windowed algorithms produce.
 const (
 	msgCounters = 1
 	msgState    = 2
@@ -31,8 +38,42 @@ const (
 )
 
 // entryOverhead bounds the encoded size of a counter entry beyond its
-// strings: array header, origin index, two string headers, three uint64s.
-const entryOverhead = 1 + 3 + 2*5 + 3*9
+// strings: array header, origin index, two string headers, three uint64s
+// and the optional window.
+const entryOverhead = 1 + 3 + 2*5 + 3*9 + 9
+
+// entryFields is the number of fields of an entry with base fields before
+// the optional window: one more when w is not 0.
+func entryFields(base int, w uint64) int {
+	if w != 0 {
+		return base + 1
+	}
+	return base
+}
+
+// appendWindow appends w as an entry's last field, unless it is 0.
+func appendWindow(b []byte, w uint64) []byte {
+	if w != 0 {
+		b = mp.AppendUint(b, w)
+	}
+	return b
+}
+
+// readWindow reads the optional window closing an entry of n fields, base of
+// them without it. A window of 0 must be omitted, not sent.
+func readWindow(d *mp.Decoder, n, base int) (uint64, error) {
+	if n == base {
+		return 0, nil
+	}
+	w, err := d.Uint()
+	if err != nil {
+		return 0, err
+	}
+	if w == 0 {
+		return 0, d.Fail("window 0 sent instead of omitted")
+	}
+	return w, nil
+}
 
 // packetWriter batches counter entries into packets no larger than limit.
 type packetWriter struct {
@@ -78,14 +119,14 @@ func (w *packetWriter) add(origin string, c Counter) {
 		w.origins = append(w.origins, origin)
 		w.index[origin] = idx
 	}
-	b := mp.AppendArrayHeader(w.body, 6)
+	b := mp.AppendArrayHeader(w.body, entryFields(6, c.Window))
 	b = mp.AppendUint(b, uint64(idx))
 	b = mp.AppendStr(b, c.Rule)
 	b = mp.AppendStr(b, c.Key)
 	b = mp.AppendUint(b, c.Epoch)
 	b = mp.AppendUint(b, c.Prev)
 	b = mp.AppendUint(b, c.Used)
-	w.body = b
+	w.body = appendWindow(b, c.Window)
 	w.n++
 }
 
@@ -162,8 +203,9 @@ func decodeCounters(b []byte, fn func(origin string, c Counter)) (sender string,
 	}
 	items := make([]item, 0, min(ne, 256))
 	for range ne {
-		if m, err := d.ArrayLen(); err != nil || m != 6 {
-			return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "entry must have 6 fields"))
+		m, err := d.ArrayLen()
+		if err != nil || (m != 6 && m != 7) {
+			return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "entry must have 6 or 7 fields"))
 		}
 		oi, err := d.Uint()
 		if err != nil || oi >= uint64(len(origins)) {
@@ -183,6 +225,9 @@ func decodeCounters(b []byte, fn func(origin string, c Counter)) (sender string,
 		}
 		if c.Prev > c.Used {
 			return "", fmt.Errorf("counters packet: %w", d.Fail("prev above used"))
+		}
+		if c.Window, err = readWindow(&d, m, 6); err != nil {
+			return "", fmt.Errorf("counters packet: %w", err)
 		}
 		items = append(items, item{origins[oi], c})
 	}
@@ -213,21 +258,23 @@ func encodeState(origin string, entries []stateEntry, seen []seenEntry) []byte {
 	b = mp.AppendStr(b, origin)
 	b = mp.AppendArrayHeader(b, len(entries))
 	for _, e := range entries {
-		b = mp.AppendArrayHeader(b, 5)
+		b = mp.AppendArrayHeader(b, entryFields(5, e.c.Window))
 		b = mp.AppendStr(b, e.c.Rule)
 		b = mp.AppendStr(b, e.c.Key)
 		b = mp.AppendUint(b, e.c.Epoch)
 		b = mp.AppendUint(b, e.c.Used)
 		b = mp.AppendFloat64(b, e.balance)
+		b = appendWindow(b, e.c.Window)
 	}
 	b = mp.AppendArrayHeader(b, len(seen))
 	for _, e := range seen {
-		b = mp.AppendArrayHeader(b, 5)
+		b = mp.AppendArrayHeader(b, entryFields(5, e.c.Window))
 		b = mp.AppendStr(b, e.origin)
 		b = mp.AppendStr(b, e.c.Rule)
 		b = mp.AppendStr(b, e.c.Key)
 		b = mp.AppendUint(b, e.c.Epoch)
 		b = mp.AppendUint(b, e.c.Used)
+		b = appendWindow(b, e.c.Window)
 	}
 	return b
 }
@@ -257,8 +304,9 @@ func decodeStateBody(b []byte) (origin string, entries []stateEntry, seen []seen
 	}
 	entries = make([]stateEntry, 0, min(n, 4096))
 	for range n {
-		if m, err := d.ArrayLen(); err != nil || m != 5 {
-			return "", nil, nil, orMalformed(err, &d, "entry must have 5 fields")
+		m, err := d.ArrayLen()
+		if err != nil || (m != 5 && m != 6) {
+			return "", nil, nil, orMalformed(err, &d, "entry must have 5 or 6 fields")
 		}
 		var e stateEntry
 		if e.c, err = readCounter(&d); err != nil {
@@ -270,6 +318,9 @@ func decodeStateBody(b []byte) (origin string, entries []stateEntry, seen []seen
 		if math.IsNaN(e.balance) || math.IsInf(e.balance, 0) {
 			return "", nil, nil, d.Fail("balance not finite")
 		}
+		if e.c.Window, err = readWindow(&d, m, 5); err != nil {
+			return "", nil, nil, err
+		}
 		entries = append(entries, e)
 	}
 	n, err = d.ArrayLen()
@@ -278,8 +329,9 @@ func decodeStateBody(b []byte) (origin string, entries []stateEntry, seen []seen
 	}
 	seen = make([]seenEntry, 0, min(n, 4096))
 	for range n {
-		if m, err := d.ArrayLen(); err != nil || m != 5 {
-			return "", nil, nil, orMalformed(err, &d, "seen entry must have 5 fields")
+		m, err := d.ArrayLen()
+		if err != nil || (m != 5 && m != 6) {
+			return "", nil, nil, orMalformed(err, &d, "seen entry must have 5 or 6 fields")
 		}
 		var e seenEntry
 		if e.origin, err = str(&d, maxNameLen, "origin"); err != nil {
@@ -288,13 +340,17 @@ func decodeStateBody(b []byte) (origin string, entries []stateEntry, seen []seen
 		if e.c, err = readCounter(&d); err != nil {
 			return "", nil, nil, err
 		}
+		if e.c.Window, err = readWindow(&d, m, 5); err != nil {
+			return "", nil, nil, err
+		}
 		seen = append(seen, e)
 	}
 	return origin, entries, seen, d.End()
 }
 
 // readCounter reads rule, key, epoch and used; Prev is set to Used (a state
-// reports where a counter stands, not what changed).
+// reports where a counter stands, not what changed). The caller reads the
+// window, which comes after the entry's other fields.
 func readCounter(d *mp.Decoder) (c Counter, err error) {
 	if c.Rule, err = str(d, maxRuleLen, "rule"); err != nil {
 		return c, err

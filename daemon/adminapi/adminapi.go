@@ -17,8 +17,8 @@ type RuleView struct {
 	// Limits lists every limit when the rule has more than one.
 	Limits      []LimitView `json:"limits,omitempty"`
 	Overrides   int         `json:"overrides"`
-	Shadow      bool    `json:"shadow,omitempty"`
-	SoftPercent float64 `json:"soft_percent,omitempty"`
+	Shadow      bool        `json:"shadow,omitempty"`
+	SoftPercent float64     `json:"soft_percent,omitempty"`
 }
 
 // RulesView is what /v1/rules returns.
