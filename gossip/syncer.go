@@ -459,7 +459,10 @@ func (s *Syncer) round() {
 // transmission of each and dropping those sent often enough. Windowed
 // counters go in ascending window order, so a receiver meets the last
 // counter of a window before the first of the next; bucket counters (window
-// 0) go first, in any order. Caller holds s.mu.
+// 0) go first, in any order. Windowed counters never share a packet with
+// bucket counters: a peer of a version before windows refuses a packet
+// holding any, and must not lose the bucket counters with them during a
+// rolling upgrade. Caller holds s.mu.
 func (s *Syncer) packPendingLocked() ([][]byte, []int) {
 	w := newPacketWriter(s.self, s.cfg.PacketSize)
 	send := func(k pendingKey, p *pendingCounter) {
@@ -477,6 +480,7 @@ func (s *Syncer) packPendingLocked() ([][]byte, []int) {
 		}
 	}
 	slices.SortFunc(windowed, func(a, b pendingKey) int { return cmp.Compare(a.window, b.window) })
+	w.flush()
 	for _, k := range windowed {
 		send(k, s.pending[k])
 	}

@@ -357,12 +357,23 @@ func TestPendingKeepsEachWindowAndSendsThemInOrder(t *testing.T) {
 			t.Fatalf("%d pending entries, want 5", len(s.pending))
 		}
 		packets, _ := s.packPendingLocked()
-		if len(packets) != 1 || len(s.pending) != 0 {
+		// Two packets: bucket counters alone (a peer from before windows
+		// refuses a packet holding any windowed entry), then the windowed ones.
+		if len(packets) != 2 || len(s.pending) != 0 {
 			t.Fatalf("%d packets, %d entries left pending", len(packets), len(s.pending))
 		}
 		var got []Counter
-		if _, err := decodeCounters(packets[0], func(_ string, c Counter) { got = append(got, c) }); err != nil {
-			t.Fatal(err)
+		for i, p := range packets {
+			var in []Counter
+			if _, err := decodeCounters(p, func(_ string, c Counter) { in = append(in, c) }); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range in {
+				if (c.Window == 0) != (i == 0) {
+					t.Fatalf("packet %d holds %+v: bucket and windowed counters mixed", i, c)
+				}
+			}
+			got = append(got, in...)
 		}
 		var windows []uint64
 		var k []Counter
