@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,3 +125,33 @@ func (r *recorder) Header() http.Header {
 }
 func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *recorder) WriteHeader(int)             {}
+
+// A leaky_bucket rule shapes: requests that arrive together leave one
+// emission interval apart, where a token bucket of the same limit lets the
+// whole burst through at once.
+func TestShapingALeakyBucketSpacesABurst(t *testing.T) {
+	for _, tt := range []struct {
+		algorithm string
+		want      []time.Duration // holds, in arrival order (the first is never held)
+	}{
+		{"token_bucket", nil},
+		{"leaky_bucket", []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond}},
+	} {
+		t.Run(tt.algorithm, func(t *testing.T) {
+			e := embedded(t, "rules:\n  one:\n    rate: 4/1s\n    algorithm: "+tt.algorithm+"\n")
+			var waits []time.Duration
+			h, reached := shaped(t, e, Shape{MaxWait: 2 * time.Second, MaxQueue: 10}, func(ctx context.Context, d time.Duration) error {
+				waits = append(waits, d)
+				return nil
+			})
+			for range 4 {
+				if code := serve(h, "GET", "/slow", map[string]string{"X-API-Key": "k"}).Code; code != 200 {
+					t.Fatalf("got %d", code)
+				}
+			}
+			if !slices.Equal(waits, tt.want) || reached.Load() != 4 {
+				t.Fatalf("held for %v, want %v; %d reached the handler", waits, tt.want, reached.Load())
+			}
+		})
+	}
+}
