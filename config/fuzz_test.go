@@ -28,7 +28,11 @@ var sampleRules = []string{
 	"rules:\n  x: {rate: 1/s, burst: 2}\n  y: {rate: 3/1m}\n",
 	"rules:\n  a:\n    rate: 1/s\n    shadow: true\n    soft_percent: 25\n",
 	"rules: {}\n",
+	"rules:\n  q:\n    rate: 1000/1d\n    algorithm: fixed_window\n  l:\n    rate: 5/1m\n    algorithm: sliding_log\n    overrides:\n      k: {rate: 9/1m}\n",
+	"rules:\n  m:\n    limits:\n      - {rate: 10/1s, burst: 20, algorithm: gcra}\n      - {rate: 100/1h, algorithm: sliding_window}\n    overrides:\n      k:\n        limits: [{burst: 30}, {rate: 200/1h}]\n",
 	// Malformed: each is refused.
+	"rules:\n  a:\n    rate: 10/s\n    burst: 5\n    algorithm: fixed_window\n",
+	"rules:\n  a:\n    limits: [{rate: 1/s}]\n    overrides:\n      k: {limits: [{rate: 1/s}, {rate: 2/s}]}\n",
 	"rules:\n  a:\n    rate: 0/s\n  b:\n    rate: 1/s\n    burst: 0\n",
 	"rules:\n  a: [\n",
 	"rules:\n  a: &x {rate: 1/s}\n  b: *x\n",

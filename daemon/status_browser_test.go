@@ -90,8 +90,8 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("members table does not list %s as this node", node)
 	}
 	for _, rule := range []string{"four", "route", "user"} {
-		if r := page.find(page.byID("rules"), "tr", "data-rule", rule); r == nil || page.text(r.FirstChild) != rule {
-			t.Errorf("rules table does not list %s", rule)
+		if r := page.find(page.byID("rules"), "tr", "data-rule", rule); r == nil || page.text(r.FirstChild) != rule || !strings.Contains(page.text(r), "token_bucket") {
+			t.Errorf("rules table does not list %s with its algorithm", rule)
 		}
 	}
 	top := page.byID("top-keys")

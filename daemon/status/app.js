@@ -107,7 +107,8 @@ async function pollRules() {
   $('rules-source').textContent = `From ${rs.source}, hash ${short(rs.hash)}; requests naming an unknown rule: ${rs.unknown_rule}.`;
   fillTable('rules', rs.rules.map((r) => el('tr', {'data-rule': r.name},
     el('td', {}, r.name),
-    el('td', {}, `${r.limit} / ${r.period}`),
+    el('td', {}, (r.limits || [r]).map((l) => `${l.limit} / ${l.period}`).join(' + ')),
+    el('td', {}, (r.limits || [r]).map((l) => l.algorithm).join(' + ')),
     el('td', {}, String(r.burst)),
     el('td', {}, String(r.overrides)),
     el('td', {}, ruleMode(r)),
