@@ -133,14 +133,21 @@ func (l Limit) costNanos(cost int64) int64 {
 	return int64(f)
 }
 
-// tokens converts a span of refill time into whole tokens, rounding down.
+// tokens is how many whole tokens a span of refill time holds, as Take
+// counts them: the largest c with costNanos(c) ≤ nanos, so that a Result
+// never reports Remaining c while refusing a request of cost c. costNanos
+// truncates, so that is the largest c with c × nanosPerToken < nanos + 1
+// (and k tokens' worth of refill time reads back as k, not k−1).
 func (l Limit) tokens(nanos int64) int64 {
 	if nanos <= 0 {
 		return 0
 	}
-	// The epsilon absorbs the truncation in costNanos: k tokens' worth of
-	// refill time must read back as k tokens, not k−1.
-	return int64(float64(nanos)/l.nanosPerToken + 1e-6)
+	x := float64(nanos+1) / l.nanosPerToken
+	c := int64(x)
+	if float64(c) == x {
+		c--
+	}
+	return c
 }
 
 // balance converts a span of refill time into fractional tokens.

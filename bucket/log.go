@@ -20,7 +20,10 @@ import (
 // not carry every timestamp). They are counted as if they had happened at the
 // start of their sub-window, so each leaves the rolling window up to one
 // sub-window early: in a cluster the log errs toward admitting, by at most
-// what peers admitted in one sub-window.
+// what peers admitted in one sub-window. (A sub-window is Period/16 rounded
+// down to the nanosecond, and a count leaves when the sub-window 16 after its
+// own begins: at its start + Period when 16 divides Period, up to 15ns
+// earlier otherwise.)
 //
 // State: full is when the newest request leaves the rolling window; log holds
 // the requests, allocated with the first. Its zero value is an empty log.
@@ -142,7 +145,7 @@ func (ls *logState) agedOut(lim Limit, excess, n int64) int64 {
 			j++
 		}
 		if j <= ls.peerTop {
-			peerAt = j*sub + span
+			peerAt = (j + logSubWindows) * sub // when advance clears it
 		}
 		switch {
 		case localAt == math.MaxInt64 && peerAt == math.MaxInt64:

@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -169,31 +170,60 @@ func (w *SlidingWindow) decide(lim Limit, cost, over int64, commit bool, n int64
 	cur, prev := w.counts(span, cw)
 	elapsed := n - cw*span
 	est := estimate(cur, prev, elapsed, span)
-	ceiling := float64(lim.count + over)
-	if est+float64(cost) <= ceiling {
+	ceiling := lim.count + over
+	if slidingFits(cur, prev, elapsed, span, cost, ceiling) {
 		if commit {
 			w.full, w.cur, w.prev = end+span, addSat32(uint32(cur), cost), uint32(prev)
 		}
 		r := Result{Allowed: true, Limit: lim.count, Remaining: max(0, int64(float64(lim.count)-est)-cost), ResetAfter: time.Duration(end + span - n)}
-		return r, est+float64(cost) > float64(lim.count)
+		return r, !slidingFits(cur, prev, elapsed, span, cost, lim.count)
 	}
 	r := Result{Limit: lim.count, Remaining: max(0, int64(float64(lim.count)-est)), ResetAfter: time.Duration(end - n)}
 	if cur > 0 {
 		r.ResetAfter += time.Duration(span)
 	}
-	// When will the estimate have fallen to need, leaving room for cost?
-	need := ceiling - float64(cost)
-	var at float64 // nanoseconds from the start of window cw
-	if float64(cur) <= need {
-		// Within this window, as the previous window's weight falls
-		// (prev > 0 here, or the estimate would be cur ≤ need).
-		at = float64(span) * (1 - (need-float64(cur))/float64(prev))
-	} else {
-		// In the next window, where cur becomes the weighted previous count.
-		at = float64(span) * (2 - need/float64(cur))
-	}
-	r.RetryAfter = time.Duration(max(1, int64(math.Ceil(at))-elapsed))
+	r.RetryAfter = time.Duration(max(1, slidingRoomAt(cur, prev, span, cost, ceiling)-elapsed))
 	return r, false
+}
+
+// slidingFits reports whether, elapsed into the current window, the
+// estimate plus cost stays within ceiling. It decides in integers, scaled by
+// span: prev·(span − elapsed) + (cur + cost)·span ≤ ceiling·span, so that
+// slidingRoomAt can name the first nanosecond at which it holds. (In floating
+// point the two disagreed by a nanosecond either way.)
+func slidingFits(cur, prev, elapsed, span, cost, ceiling int64) bool {
+	room := ceiling - cur - cost
+	if room < 0 {
+		return false
+	}
+	lh, ll := bits.Mul64(uint64(prev), uint64(span-elapsed))
+	rh, rl := bits.Mul64(uint64(room), uint64(span))
+	return lh < rh || lh == rh && ll <= rl
+}
+
+// slidingRoomAt is the first instant, in nanoseconds from the start of the
+// current window, at which slidingFits holds for a request that does not fit
+// now.
+func slidingRoomAt(cur, prev, span, cost, ceiling int64) int64 {
+	if room := ceiling - cur - cost; room >= 0 {
+		// Within this window, as the previous window's weight falls:
+		// prev·(span − at) ≤ room·span. prev > room, or it would fit now.
+		return span - mulDivFloor(span, room, prev)
+	}
+	// In the next window, where cur becomes the weighted previous count:
+	// cur·(span − e) ≤ (ceiling − cost)·span, and cur > ceiling − cost.
+	room := ceiling - cost
+	if room < 0 || cur == 0 {
+		return 2 * span // the cost exceeds the ceiling: it never fits
+	}
+	return 2*span - mulDivFloor(span, room, cur)
+}
+
+// mulDivFloor is ⌊a·b/c⌋ for a, b ≥ 0, c > 0 and b ≤ c.
+func mulDivFloor(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
 }
 
 // charge counts cost in window (as windowIndex numbers them; 0: the current
