@@ -10,10 +10,11 @@ import (
 // within Count: an exact rolling window, with no boundary to game and no
 // approximation, for the requests this node admitted.
 //
-// Memory is the price: a key holds up to Count entries of 16 bytes (a cost
-// of c is one entry), so a sliding log's Count is capped at MaxLogLimit, and
-// a key's log grows (allocating) up to its Count while it is busy; a key in
-// steady use allocates nothing more. Requests charged after the fact past the
+// Memory is the price: a key logs up to Count live entries of 16 bytes (a
+// cost of c is one entry) in a slice that may hold as many again that have
+// aged out and await compaction, plus 64 bytes of peers' counts; so a
+// sliding log's Count is capped at MaxLogLimit. A key's log grows
+// (allocating) while it is busy; a key in steady use allocates nothing more. Requests charged after the fact past the
 // limit are folded into the newest entry once the log holds 2 × Count.
 //
 // Peers' requests arrive as counts per sub-window of Period/16 (gossip does
@@ -87,7 +88,7 @@ func (l *SlidingLog) used(lim Limit, n int64) int64 {
 	switch {
 	case ls.head == len(e):
 		ls.entries, ls.head = e[:0], 0
-	case ls.head >= 32 && 2*ls.head >= len(e):
+	case ls.head >= 8 && 2*ls.head >= len(e):
 		// Slide the live part down so the slice stops growing.
 		ls.entries, ls.head = e[:copy(e, e[ls.head:])], 0
 	}
@@ -131,6 +132,10 @@ func (l *SlidingLog) decide(lim Limit, cost, over int64, commit bool, n int64) (
 // have left the rolling window, taking local entries and peers' sub-windows
 // in the order they leave.
 func (ls *logState) agedOut(lim Limit, excess, n int64) int64 {
+	if ls == nil {
+		// Nothing logged, yet refused: the cost exceeds the count and never fits.
+		return n + int64(lim.period)
+	}
 	span, sub := int64(lim.period), logSubWindow(lim)
 	i := ls.head
 	j := ls.peerTop - logSubWindows + 1 // the oldest sub-window still counted

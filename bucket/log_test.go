@@ -144,3 +144,12 @@ func TestSlidingLogMemoryIsBounded(t *testing.T) {
 		t.Fatal("did not sweep an idle log")
 	}
 }
+
+// A cost beyond the count never fits an empty log: refused, not a panic.
+func TestSlidingLogRefusesCostAboveCountWhenEmpty(t *testing.T) {
+	var l SlidingLog
+	lim := MustLimitOf(AlgoSlidingLog, 4, time.Second, 0)
+	if r := l.Take(lim, 5, time.Unix(1_700_000_000, 0)); r.Allowed || r.RetryAfter <= 0 {
+		t.Fatalf("%+v", r)
+	}
+}

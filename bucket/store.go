@@ -272,6 +272,8 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	switch {
 	case lim.algo == AlgoTokenBucket && l == leeway{}:
 		r = (*Bucket)(st).Take(lim, cost, now) // the common case, called directly
+	case lim.algo == AlgoGCRA && l == leeway{}:
+		r = (*GCRA)(st).Take(lim, cost, now)
 	case l.maxWait > 0:
 		r = st.reserve(lim, cost, l.maxWait, now)
 	default:

@@ -138,3 +138,24 @@ func TestLedgerChargesTheNamedLimitAndWindow(t *testing.T) {
 
 // near compares token counts and seconds that went through nanosecond rounding.
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+// A caller willing to wait is given a later turn by a bucket, whose debt
+// reserves it, but not by a window, which has no turns: with several checks
+// (decided by check, then charge) a full window refuses rather than count the
+// request in the full window while it goes ahead in the next.
+func TestMaxDelayReservesInBucketsNotWindows(t *testing.T) {
+	d, _, _ := newDaemon(t, algorithmRules)
+	for _, tt := range []struct {
+		rule string
+		want ipc.Status
+	}{{"token", ipc.StatusDelayed}, {"fixed", ipc.StatusOverLimit}, {"log", ipc.StatusOverLimit}} {
+		cs := checks(tt.rule, "wait", "gcra", "other-"+tt.rule)
+		for range 4 {
+			decide(t, d, cs)
+		}
+		cs[0].MaxDelay = 10 * time.Second
+		if _, r := decide(t, d, cs); r[0].Status != tt.want {
+			t.Errorf("%s: fifth request with a 10s max delay: %+v, want %s", tt.rule, r[0], tt.want)
+		}
+	}
+}

@@ -121,8 +121,12 @@ func (d *Daemon) decideAll(rs *ruleSet, checks []ipc.Check, results []ipc.Result
 			one := toResult(r, lim)
 			switch {
 			case r.Allowed:
-			case c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay:
-				delayed = true // its turn comes in time: charged below, the caller waits
+			case c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay && lim.Algorithm().HasBurst():
+				// Its turn comes in time: charged below (a bucket's debt
+				// reserves the turn), the caller waits. A window has no
+				// turns to reserve: a charge now would count in the full
+				// window while the request goes ahead in the next.
+				delayed = true
 			default:
 				refused = true
 			}
