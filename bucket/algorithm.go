@@ -83,6 +83,13 @@ func (a Algorithm) Windowed() bool {
 	return a == AlgoFixedWindow || a == AlgoSlidingWindow || a == AlgoSlidingLog
 }
 
+// Reserves reports whether a request the limit refuses now can be given a
+// later turn by charging it now: the buckets can (the debt holds the turn);
+// a window cannot (a charge now counts in the full window while the request
+// goes ahead in the next). Store.Reserve and callers that check first and
+// charge later both follow it.
+func (a Algorithm) Reserves() bool { return !a.Windowed() }
+
 // HasBurst reports whether the algorithm's capacity can differ from Count:
 // the buckets hold Burst; a window admits Count per Period.
 func (a Algorithm) HasBurst() bool { return !a.Windowed() }
@@ -170,11 +177,11 @@ func (s *state) decide(lim Limit, cost, over int64, commit bool, now time.Time) 
 // a later turn (the leaky bucket always spaces callers at its drain rate);
 // the windows have no queue and decide as Take.
 func (s *state) reserve(lim Limit, cost int64, maxWait time.Duration, now time.Time) Result {
-	switch lim.algo {
-	case AlgoTokenBucket, AlgoGCRA:
-		return (*Bucket)(s).Reserve(lim, cost, maxWait, now)
-	case AlgoLeakyBucket:
+	switch {
+	case lim.algo == AlgoLeakyBucket:
 		return (*LeakyBucket)(s).Reserve(lim, cost, maxWait, now)
+	case lim.algo.Reserves():
+		return (*Bucket)(s).Reserve(lim, cost, maxWait, now)
 	}
 	r, _ := s.decide(lim, cost, 0, true, now)
 	return r

@@ -121,12 +121,8 @@ func (d *Daemon) decideAll(rs *ruleSet, checks []ipc.Check, results []ipc.Result
 			one := toResult(r, lim)
 			switch {
 			case r.Allowed:
-			case c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay && lim.Algorithm().HasBurst():
-				// Its turn comes in time: charged below (a bucket's debt
-				// reserves the turn), the caller waits. A window has no
-				// turns to reserve: a charge now would count in the full
-				// window while the request goes ahead in the next.
-				delayed = true
+			case c.MaxDelay > 0 && r.RetryAfter <= c.MaxDelay && lim.Algorithm().Reserves():
+				delayed = true // its turn comes in time: charged below, the caller waits
 			default:
 				refused = true
 			}
