@@ -22,6 +22,13 @@ var (
 	ErrProtocol   = errors.New("sluiced protocol error")
 )
 
+// ErrInvalid is carried by Decision.Err when the request itself is invalid
+// (no checks, a cost below 1, an empty key, more checks than the daemon
+// takes, a cost above the rule's burst): the daemon, or the client on its
+// behalf, decided to refuse it. Such a request is denied, never failed open,
+// so that no caller can switch its own limit off by asking wrongly.
+var ErrInvalid = errors.New("invalid rate-limit request")
+
 // Options configure a Client. Zero fields take the defaults noted.
 type Options struct {
 	// SocketPath is the daemon's socket. Default: ipc.DefaultSocketPath().
@@ -108,7 +115,10 @@ type Decision struct {
 	// FailedOpen is true when the daemon did not decide (even under
 	// FailClosed, where the decision is then a denial); Err says why.
 	FailedOpen bool
-	Err        error
+	// Invalid is true when the request itself was invalid (see ErrInvalid):
+	// it is denied whatever FailClosed says, and Err says why.
+	Invalid bool
+	Err     error
 }
 
 // Stats counts a client's outcomes since it was made.
@@ -119,6 +129,7 @@ type Stats struct {
 	FailedClosed uint64 // calls not decided and denied (FailClosed)
 	Timeouts     uint64 // of the undecided, those that hit the deadline
 	Reconnects   uint64 // connections made to replace ones that died
+	Invalid      uint64 // calls refused as invalid requests (see ErrInvalid)
 }
 
 // Client talks to one daemon. Make one with New or Dial and share it.
@@ -136,7 +147,7 @@ type Client struct {
 	closeOne sync.Once
 	wg       sync.WaitGroup
 
-	decisions, denied, failedOpen, failedClosed, timeouts, reconnects atomic.Uint64
+	decisions, denied, failedOpen, failedClosed, timeouts, reconnects, invalid atomic.Uint64
 	// reportedOpen and reportedClosed are the counts already sent to the
 	// daemon in REPORTs, so it can count what its clients decided without it.
 	reportedOpen, reportedClosed atomic.Uint64
@@ -218,6 +229,7 @@ func (c *Client) Stats() Stats {
 		FailedClosed: c.failedClosed.Load(),
 		Timeouts:     c.timeouts.Load(),
 		Reconnects:   c.reconnects.Load(),
+		Invalid:      c.invalid.Load(),
 	}
 }
 
@@ -237,11 +249,14 @@ func (c *Client) AllowN(ctx context.Context, rule, key string, cost int64) Decis
 // is every check charged.
 func (c *Client) AllowAll(ctx context.Context, checks ...Check) Decision {
 	if len(checks) == 0 {
-		return c.undecided(fmt.Errorf("%w: no checks", ErrProtocol), false)
+		return c.refuseInvalid(fmt.Errorf("%w: no checks", ErrInvalid))
 	}
 	for i := range checks {
 		if checks[i].Cost < 1 {
-			return c.undecided(fmt.Errorf("check %d: cost %d must be at least 1", i, checks[i].Cost), false)
+			return c.refuseInvalid(fmt.Errorf("%w: check %d: cost %d must be at least 1", ErrInvalid, i, checks[i].Cost))
+		}
+		if checks[i].Key == "" {
+			return c.refuseInvalid(fmt.Errorf("%w: check %d: empty key", ErrInvalid, i))
 		}
 	}
 	select {
@@ -263,15 +278,32 @@ func (c *Client) AllowAll(ctx context.Context, checks ...Check) Decision {
 	cl := c.calls.Get().(*call)
 	defer c.calls.Put(cl)
 	if err := cn.send(cl, checks, c.opts.Timeout); err != nil {
+		if errors.Is(err, ErrInvalid) {
+			return c.refuseInvalid(err)
+		}
 		return c.undecided(err, false)
 	}
 	if err := cn.await(ctx, cl, c.opts.Timeout); err != nil {
 		return c.undecided(err, errors.Is(err, ErrTimeout))
 	}
 	if cl.err != nil {
+		if IsInvalidRequest(cl.err) {
+			return c.refuseInvalid(fmt.Errorf("%w: %w", ErrInvalid, cl.err))
+		}
 		return c.undecided(cl.err, false)
 	}
 	return c.decided(&cl.reply)
+}
+
+// IsInvalidRequest reports whether err is the daemon refusing one request as
+// invalid (an ERROR with a request id and a request-level code other than
+// CodeInternal), as opposed to failing to decide it.
+func IsInvalidRequest(err error) bool {
+	var e *ipc.Error
+	if !errors.As(err, &e) {
+		return errors.Is(err, ErrInvalid)
+	}
+	return e.ID != 0 && e.Code >= ipc.CodeBatchTooLarge && e.Code != ipc.CodeInternal
 }
 
 // Inspect reads a key's bucket in the daemon without charging it. Unlike
@@ -360,6 +392,19 @@ func moreRestrictive(a, b ipc.Result) bool {
 		return a.RetryAfter > b.RetryAfter
 	}
 	return a.Remaining < b.Remaining
+}
+
+// refuseInvalid denies a request that is itself invalid. It is a decision,
+// not a failure to decide: FailClosed does not matter and nothing fails open.
+func (c *Client) refuseInvalid(err error) Decision {
+	c.invalid.Add(1)
+	return InvalidDecision(err)
+}
+
+// InvalidDecision is the denial of an invalid request (see ErrInvalid). An
+// embedded limiter uses it to answer exactly as a Client would.
+func InvalidDecision(err error) Decision {
+	return Decision{Allowed: false, Invalid: true, Denied: -1, Deciding: -1, Err: err}
 }
 
 func (c *Client) undecided(err error, timedOut bool) Decision {

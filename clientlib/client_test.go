@@ -172,12 +172,18 @@ func TestDecisionsFromDaemon(t *testing.T) {
 	}
 }
 
+// A call that is itself invalid is denied by the client, never failed open:
+// a caller cannot switch its own limit off by asking wrongly.
 func TestBadCallsAreRefusedLocally(t *testing.T) {
 	c := openClient(t, Options{SocketPath: socketPath(t)})
-	for _, d := range []Decision{c.AllowN(context.Background(), "r", "k", 0), c.AllowAll(context.Background())} {
-		if !d.Allowed || !d.FailedOpen || d.Err == nil {
+	ctx := context.Background()
+	for _, d := range []Decision{c.AllowN(ctx, "r", "k", 0), c.AllowAll(ctx), c.Allow(ctx, "r", "")} {
+		if d.Allowed || d.FailedOpen || !d.Invalid || !errors.Is(d.Err, ErrInvalid) {
 			t.Fatalf("bad call decided %+v", d)
 		}
+	}
+	if s := c.Stats(); s.Invalid != 3 || s.FailedOpen != 0 {
+		t.Fatalf("stats %+v, want 3 invalid and none failed open", s)
 	}
 }
 

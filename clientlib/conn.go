@@ -109,12 +109,17 @@ func dial(c *Client, opts Options) (*conn, error) {
 // send registers cl and writes its CHECK.
 func (cn *conn) send(cl *call, checks []Check, timeout time.Duration) error {
 	if len(checks) > int(cn.welcome.MaxBatch) {
-		return fmt.Errorf("%w: %d checks, daemon accepts at most %d", ErrProtocol, len(checks), cn.welcome.MaxBatch)
+		return fmt.Errorf("%w: %d checks, daemon accepts at most %d", ErrInvalid, len(checks), cn.welcome.MaxBatch)
 	}
+	maxKey := int(cn.welcome.MaxKeyLen)
 	return cn.write(cl, timeout, func(b []byte, id uint64) []byte {
 		b, start := ipc.BeginRequest(b, id, len(checks))
 		for _, ch := range checks {
-			b = ipc.AppendShapedCheck(b, ch.Rule, ch.Key, uint64(ch.Cost), ch.MaxDelay)
+			key := ch.Key
+			if maxKey > 0 && len(key) > maxKey {
+				key = BoundedKey(key, maxKey) // limited like any other identity, not refused
+			}
+			b = ipc.AppendShapedCheck(b, ch.Rule, key, uint64(ch.Cost), ch.MaxDelay)
 		}
 		return ipc.FinishFrame(b, start)
 	})

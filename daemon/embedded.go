@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"unsafe"
 
@@ -86,9 +87,11 @@ func (l Local) Allow(ctx context.Context, rule, key string) clientlib.Decision {
 	return l.AllowAll(ctx, clientlib.Check{Rule: rule, Key: key, Cost: 1})
 }
 
-// AllowAll decides exactly as sluiced would for a CHECK of these checks.
-// Requests the daemon would refuse (key too long, cost above burst) come back
-// allowed and marked FailedOpen with the reason in Err, as from clientlib.
+// AllowAll decides exactly as sluiced would for a CHECK of these checks sent
+// through clientlib: a key longer than the store takes is replaced by its
+// clientlib.BoundedKey, and a request that is itself invalid (no checks, an
+// empty key, a cost below 1 or above the burst) is denied and marked Invalid,
+// never failed open.
 func (l Local) AllowAll(_ context.Context, checks ...clientlib.Check) clientlib.Decision {
 	var cbuf [8]ipc.Check
 	var rbuf [8]ipc.Result
@@ -96,17 +99,28 @@ func (l Local) AllowAll(_ context.Context, checks ...clientlib.Check) clientlib.
 	if len(checks) > len(cbuf) {
 		cs, rs = make([]ipc.Check, 0, len(checks)), make([]ipc.Result, 0, len(checks))
 	}
+	if len(checks) == 0 {
+		return clientlib.InvalidDecision(fmt.Errorf("%w: no checks", clientlib.ErrInvalid))
+	}
+	maxKey := l.d.store.MaxKeyLen()
 	for _, c := range checks {
 		if c.Cost < 1 || len(c.Key) == 0 {
-			return failedOpen(errors.New("each check needs a key and a cost of at least 1"))
+			return clientlib.InvalidDecision(fmt.Errorf("%w: each check needs a key and a cost of at least 1", clientlib.ErrInvalid))
+		}
+		key := c.Key
+		if len(key) > maxKey {
+			key = clientlib.BoundedKey(key, maxKey)
 		}
 		// Decide neither keeps nor changes these bytes (the store copies a
 		// key when it creates its bucket), so the strings are lent, not copied.
-		cs = append(cs, ipc.Check{Rule: bytesOf(c.Rule), Key: bytesOf(c.Key), Cost: uint64(c.Cost), MaxDelay: c.MaxDelay})
+		cs = append(cs, ipc.Check{Rule: bytesOf(c.Rule), Key: bytesOf(key), Cost: uint64(c.Cost), MaxDelay: c.MaxDelay})
 	}
 	rs = rs[:len(cs)]
 	allowed, err := l.d.Decide(cs, rs)
 	if err != nil {
+		if e := (*ipc.Error)(nil); errors.As(err, &e) && e.Code != ipc.CodeInternal {
+			return clientlib.InvalidDecision(fmt.Errorf("%w: %w", clientlib.ErrInvalid, err))
+		}
 		return failedOpen(err)
 	}
 	return clientlib.DecisionOf(allowed, rs)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestEmbeddedDecidesLikeTheDaemon(t *testing.T) {
 	if !d.Allowed || d.Remaining != 0 || d.Deciding != 1 {
 		t.Fatalf("multi-check %+v", d)
 	}
-	if d := e.AllowAll(ctx, clientlib.Check{Rule: "four", Key: "k2", Cost: 5}); !d.Allowed || !d.FailedOpen || d.Err == nil {
+	if d := e.AllowAll(ctx, clientlib.Check{Rule: "four", Key: "k2", Cost: 5}); d.Allowed || d.FailedOpen || !d.Invalid || !errors.Is(d.Err, clientlib.ErrInvalid) {
 		t.Fatalf("cost above burst: %+v", d)
 	}
 	if d := e.Allow(ctx, "nope", "k"); d.Allowed {
