@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -21,14 +22,33 @@ type ProxyRoutes struct {
 	// Default limits apply to requests no route matches.
 	Default []ProxyLimit `yaml:"default"`
 	Routes  []ProxyRoute `yaml:"routes"`
+
+	source string    // the file, for errors
+	pos    routesPos // where each limit is written, for errors
 }
+
+// routesPos records where each limit of a routes file is written, so that a
+// check against the rules (CheckRules) can name the file, line and column.
+type routesPos struct {
+	def    []limitPos
+	routes [][]limitPos
+}
+
+type limitPos struct{ at, rule, cost filePos }
+
+type filePos struct{ line, col int }
 
 // ProxyIdentity says how a client's key is built (see httplimit.Identity).
 type ProxyIdentity struct {
 	Header         string   `yaml:"header"`
 	ClientIP       *bool    `yaml:"client_ip"` // default true
 	TrustedProxies []string `yaml:"trusted_proxies"`
-	Anonymous      string   `yaml:"anonymous"`
+	// ForwardedHeader is the one forwarding header the trusted proxies
+	// write and the client address is read from: X-Forwarded-For (the
+	// default) or Forwarded. The other is ignored, so a client cannot add
+	// it to choose its key.
+	ForwardedHeader string `yaml:"forwarded_header"`
+	Anonymous       string `yaml:"anonymous"`
 }
 
 // ProxyLimit is one limit: a rule, its cost, and whether it is keyed per route.
@@ -117,7 +137,67 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 			return nil, fmt.Errorf("invalid routes %s: headers: %q is not legacy or draft", source, h)
 		}
 	}
+	if f := r.Identity.ForwardedHeader; f != "" && !strings.EqualFold(f, "X-Forwarded-For") && !strings.EqualFold(f, "Forwarded") {
+		return nil, fmt.Errorf("invalid routes %s: identity: forwarded_header %q is not X-Forwarded-For or Forwarded", source, f)
+	}
+	r.source = source
+	r.pos = limitPositions(data)
 	return &r, nil
 }
 
+// limitPositions finds where each limit is written in a routes file that
+// has already decoded without error.
+func limitPositions(data []byte) routesPos {
+	var pos routesPos
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return pos
+	}
+	limits := func(seq *yaml.Node) []limitPos {
+		if seq == nil || seq.Kind != yaml.SequenceNode {
+			return nil
+		}
+		out := make([]limitPos, len(seq.Content))
+		for i, n := range seq.Content {
+			at := filePos{n.Line, n.Column}
+			out[i] = limitPos{at: at, rule: at, cost: at}
+			if v := mapValue(n, "rule"); v != nil {
+				out[i].rule = filePos{v.Line, v.Column}
+			}
+			if v := mapValue(n, "cost"); v != nil {
+				out[i].cost = filePos{v.Line, v.Column}
+			}
+		}
+		return out
+	}
+	root := doc.Content[0]
+	pos.def = limits(mapValue(root, "default"))
+	if routes := mapValue(root, "routes"); routes != nil && routes.Kind == yaml.SequenceNode {
+		for _, rt := range routes.Content {
+			pos.routes = append(pos.routes, limits(mapValue(rt, "limits")))
+		}
+	}
+	return pos
+}
+
+// mapValue returns the value of key in a mapping node, or nil.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// DefaultProxyRoutes are the routes of a proxy given no routes file: every
+// request limited by client IP under the rule "default", which the embedded
+// rules define.
+func DefaultProxyRoutes() *ProxyRoutes {
+	return &ProxyRoutes{Default: []ProxyLimit{{Rule: "default"}}, source: "the default routes (no routes file given)"}
+}
