@@ -13,8 +13,8 @@ import (
 // per interval, each with the count since the kind's previous line):
 //
 //   - undecided: the limiter did not decide (daemon down, slow, closed); the
-//     request was admitted (fail open) or, under fail-closed, answered 503.
-//     Counted by cause in FailOpen.
+//     request was admitted (fail open, counted by cause in FailOpen) or,
+//     under fail-closed, answered 503 (counted by cause in FailClosed).
 //   - invalid: the limiter refused the request as invalid (clientlib's
 //     Decision.Invalid, or a rule the daemon does not know under
 //     unknown_rule: deny): a misconfigured route, answered 500.
@@ -25,8 +25,11 @@ import (
 // reloading its routes) so the counts run on. All methods are safe for
 // concurrent use and allocate nothing unless they write a line.
 type Events struct {
-	// FailOpen counts and logs the undecided calls, by cause.
+	// FailOpen counts and logs the undecided calls that were admitted, by cause.
 	FailOpen *clientlib.FailOpenLog
+	// FailClosed counts and logs the undecided calls that were refused
+	// (the limiter fails closed), by cause.
+	FailClosed *clientlib.FailOpenLog
 
 	log      clientlib.LogFunc
 	interval time.Duration
@@ -36,10 +39,9 @@ type Events struct {
 }
 
 // NewEvents returns Events that log through log (nil: count only) at most
-// once per kind or cause per interval (default 10 s). failClosed words the
-// undecided lines for a limiter that denies what it cannot decide. now is
-// the clock (nil: time.Now).
-func NewEvents(log clientlib.LogFunc, interval time.Duration, failClosed bool, now func() time.Time) *Events {
+// once per kind or cause per interval (default 10 s). now is the clock
+// (nil: time.Now).
+func NewEvents(log clientlib.LogFunc, interval time.Duration, now func() time.Time) *Events {
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
@@ -47,8 +49,9 @@ func NewEvents(log clientlib.LogFunc, interval time.Duration, failClosed bool, n
 		now = time.Now
 	}
 	return &Events{
-		FailOpen: clientlib.NewFailOpenLog(log, interval, failClosed, now),
-		log:      log, interval: interval, now: now,
+		FailOpen:   clientlib.NewFailOpenLog(log, interval, false, now),
+		FailClosed: clientlib.NewFailOpenLog(log, interval, true, now),
+		log:        log, interval: interval, now: now,
 	}
 }
 
@@ -59,10 +62,14 @@ func (e *Events) Invalid() uint64 { return e.invalid.total.Load() }
 // does not know their rule and admits unknown rules.
 func (e *Events) UnknownRule() uint64 { return e.unknown.total.Load() }
 
-// Undecided returns how many requests the limiter did not decide, all causes.
+// Undecided returns how many requests the limiter did not decide, all
+// causes, admitted or refused.
 func (e *Events) Undecided() uint64 {
 	var n uint64
 	for _, v := range e.FailOpen.Totals() {
+		n += v
+	}
+	for _, v := range e.FailClosed.Totals() {
 		n += v
 	}
 	return n

@@ -108,7 +108,7 @@ type Config struct {
 	Now func() time.Time
 	// Events counts and logs (rate-limited) the requests that could not be
 	// limited in the ordinary way: undecided calls, invalid requests,
-	// unknown rules. Default: NewEvents(Log, 10s, false, Now). Pass one
+	// unknown rules. Default: NewEvents(Log, 10s, Now). Pass one
 	// Events to every Middleware that replaces another, to keep the counts.
 	Events *Events
 	// Log writes the Events' lines when Events is nil. Default
@@ -152,7 +152,7 @@ func New(cfg Config) (m *Middleware, err error) {
 		if log == nil {
 			log = slog.Default().Warn
 		}
-		m.events = NewEvents(log, 0, false, m.cfg.Now)
+		m.events = NewEvents(log, 0, m.cfg.Now)
 	}
 	if m.cfg.Identity.ForwardedHeader, err = CanonicalForwardedHeader(cfg.Identity.ForwardedHeader); err != nil {
 		return nil, fmt.Errorf("httplimit: identity: %w", err)
@@ -344,12 +344,12 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request, h http.Ha
 		m.events.recordInvalid(ruleList(checks), d.Err)
 		WriteMisconfigured(w, checks)
 		return
-	case d.FailedOpen:
+	case d.FailedOpen && d.Allowed:
 		m.events.FailOpen.Record(d.Err)
-		if d.Allowed {
-			h.ServeHTTP(w, r) // no decision: no limit headers to give
-			return
-		}
+		h.ServeHTTP(w, r) // no decision: no limit headers to give
+		return
+	case d.FailedOpen:
+		m.events.FailClosed.Record(d.Err)
 		WriteUnavailable(w, unavailableRetry())
 		return
 	case d.Status == ipc.StatusUnknownRuleAllowed:

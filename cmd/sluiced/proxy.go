@@ -63,7 +63,7 @@ func runProxy(c *cli.Context) error {
 		}
 		log.Warn("daemon not reachable; "+what+" until it is, and the routes are checked against its rules once it is", "socket", sock)
 	}
-	events := httplimit.NewEvents(log.Warn, c.Duration("log-interval"), failClosed, nil)
+	events := httplimit.NewEvents(log.Warn, c.Duration("log-interval"), nil)
 	p, err := startProxy(proxyConfig{
 		listen: c.String("listen"), upstream: c.String("upstream"), routesPath: c.String("routes"),
 		lim: client, log: log, events: events, check: inspectCheck(rulesClient),
@@ -73,7 +73,7 @@ func runProxy(c *cli.Context) error {
 	}
 	defer p.shutdown()
 	reg := prometheus.NewRegistry()
-	registerProxyMetrics(reg, p, client.Up, failClosed)
+	registerProxyMetrics(reg, p, client.Up)
 	if addr := c.String("metrics-addr"); addr != "" {
 		stopMetrics, err := serveMetrics(addr, reg, log)
 		if err != nil {

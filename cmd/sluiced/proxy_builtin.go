@@ -19,13 +19,13 @@ import (
 func startBuiltInProxy(ctx context.Context, listen, upstream, routes string, d *daemon.Daemon, log hclog.Logger) (*proxyServer, error) {
 	p, err := startProxy(proxyConfig{
 		listen: listen, upstream: upstream, routesPath: routes,
-		lim: d.Local(), log: log, events: httplimit.NewEvents(log.Warn, 0, false, nil),
+		lim: d.Local(), log: log, events: httplimit.NewEvents(log.Warn, 0, nil),
 		check: func(r *config.ProxyRoutes) error { return r.CheckRules(config.RulesLookup(d.Rules())) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	registerProxyMetrics(d.MetricsRegisterer(), p, func() bool { return true }, false)
+	registerProxyMetrics(d.MetricsRegisterer(), p, func() bool { return true })
 	go func() { // the daemon's rules may change under the routes (file watch, rules URL)
 		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()

@@ -23,15 +23,18 @@ var undecidedCauses = []clientlib.Cause{
 
 // registerProxyMetrics adds a proxy's series to reg. They read counters the
 // proxy keeps anyway; nothing is looked up per request.
-func registerProxyMetrics(reg prometheus.Registerer, p *proxyServer, up func() bool, failClosed bool) {
+func registerProxyMetrics(reg prometheus.Registerer, p *proxyServer, up func() bool) {
 	ev := p.cfg.events
-	name, help := "sluice_proxy_failed_open_total", "Requests the proxy let through unlimited because the daemon did not decide, by cause."
-	if failClosed {
-		name, help = "sluice_proxy_failed_closed_total", "Requests the proxy answered 503 because the daemon did not decide (--fail-closed), by cause."
-	}
 	for _, c := range undecidedCauses {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"cause": c.String()}},
-			func() float64 { return float64(ev.FailOpen.Total(c)) }))
+		labels := prometheus.Labels{"cause": c.String()}
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_proxy_failed_open_total", ConstLabels: labels,
+				Help: "Requests the proxy let through unlimited because the daemon did not decide, by cause."},
+				func() float64 { return float64(ev.FailOpen.Total(c)) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_proxy_failed_closed_total", ConstLabels: labels,
+				Help: "Requests the proxy answered 503 because the daemon did not decide and it fails closed, by cause."},
+				func() float64 { return float64(ev.FailClosed.Total(c)) }),
+		)
 	}
 	gauge := func(b bool) float64 {
 		if b {
