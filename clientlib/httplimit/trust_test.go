@@ -41,7 +41,7 @@ func (l *lines) all() []string {
 func TestOnlyTheNamedForwardingHeaderIsRead(t *testing.T) {
 	proxies, _ := ParsePrefixes([]string{"10.0.0.0/8"})
 	both := map[string]string{
-		"X-Forwarded-For": "198.51.100.9",      // what the trusted proxy appended
+		"X-Forwarded-For": "198.51.100.9",     // what the trusted proxy appended
 		"Forwarded":       "for=203.0.113.66", // what the client added, passed through untouched
 	}
 	for _, tt := range []struct {
