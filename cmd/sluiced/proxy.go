@@ -56,7 +56,9 @@ func runProxy(c *cli.Context) error {
 	defer rulesClient.Close()
 
 	waitUp(client, c.Duration("connect-wait"))
-	if !client.Up() {
+	if client.Up() {
+		log.Info("connected to the daemon", "socket", sock)
+	} else {
 		what := "requests pass unlimited (fail open)"
 		if failClosed {
 			what = "requests get 503 (fail closed)"
@@ -286,7 +288,7 @@ func (p *proxyServer) watchDaemon(ctx context.Context, up func() bool, socket st
 		case isUp && !wasUp:
 			p.cfg.log.Info("connected to the daemon", "socket", socket)
 		case !isUp && wasUp:
-			p.cfg.log.Warn("lost the daemon; requests are not limited until it is back", "socket", socket)
+			p.cfg.log.Warn("lost the daemon; requests are not decided (fail open or closed) until it is back", "socket", socket)
 		}
 		wasUp = isUp
 		if isUp && (p.unchecked.Load() || time.Since(lastCheck) >= interval) {
