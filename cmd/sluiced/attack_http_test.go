@@ -401,3 +401,31 @@ func TestHTTPHeadersConsistentForEveryAlgorithm(t *testing.T) {
 		}
 	}
 }
+
+// The daemon's rules change under routes that were valid: the rule a route
+// names is dropped. Both proxies notice without a reload of their own and
+// say so at ERROR with the routes file's line, and their metrics show it.
+func TestHTTPRulesChangingUnderTheRoutesAreNoticed(t *testing.T) {
+	r := startHTTPRig(t, "rules:\n  api:\n    rate: 2/1h\n  other:\n    rate: 2/1h\n",
+		"identity:\n  header: X-API-Key\nroutes:\n  - match: /\n    limits: [{rule: api}]\n", "--routes-check-interval", "100ms")
+	httpWrite(t, r.rules, "rules:\n  other:\n    rate: 2/1h\n") // the daemon watches its rules file
+	const at = "routes.yaml:5:21: routes[0].limits[0].rule"
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon:\n%s\nsidecar:\n%s", r.daemon.stderr.String(), r.sidecar.stderr.String())
+		}
+	})
+	eventually(t, "both proxies report the routes invalid", func() bool {
+		return strings.Contains(r.sidecar.stderr.String(), at) && strings.Contains(r.daemon.stderr.String(), at) &&
+			httpMetric(r.metrics, "sluice_proxy_routes_invalid") == 1 && httpMetric(r.admin, "sluice_proxy_routes_invalid") == 1
+	})
+	// Requests on the route are now unlimited (unknown_rule: allow), and counted as such.
+	for _, base := range []string{r.side, r.builtIn} {
+		if codes := httpCodes(base, "/", 3, map[string]string{"X-API-Key": base}); fmt.Sprint(codes) != "[200 200 200]" {
+			t.Fatalf("%s: codes %v", base, codes)
+		}
+	}
+	if a, b := httpMetric(r.metrics, "sluice_proxy_unknown_rule_total"), httpMetric(r.admin, "sluice_proxy_unknown_rule_total"); a != 3 || b != 3 {
+		t.Fatalf("unknown-rule requests counted %v (sidecar) and %v (built-in), want 3 each", a, b)
+	}
+}

@@ -55,7 +55,9 @@ func runProxy(c *cli.Context) error {
 	rulesClient := clientlib.New(clientlib.Options{SocketPath: sock, Timeout: 2 * time.Second, Conns: 1, Name: "sluiced-proxy-routes"})
 	defer rulesClient.Close()
 
-	waitUp(client, c.Duration("connect-wait"))
+	deadline := time.Now().Add(c.Duration("connect-wait"))
+	waitUp(client, deadline)
+	waitUp(rulesClient, deadline)
 	if client.Up() {
 		log.Info("connected to the daemon", "socket", sock)
 	} else {
@@ -102,9 +104,8 @@ func runProxy(c *cli.Context) error {
 	}
 }
 
-// waitUp waits until the client has a connection, or at most d.
-func waitUp(c *clientlib.Client, d time.Duration) {
-	deadline := time.Now().Add(d)
+// waitUp waits until the client has a connection, or until deadline.
+func waitUp(c *clientlib.Client, deadline time.Time) {
 	for !c.Up() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -270,9 +271,11 @@ func (p *proxyServer) recheck() {
 	}
 }
 
-// watchDaemon follows the decision client's connection: it logs when the
-// daemon is lost and found, checks the routes once it can, and rechecks
-// them every interval while connected.
+// watchDaemon follows the decision client's connection (which learns that
+// the daemon is gone when a request finds it so): it logs when the daemon is
+// lost and found, checks the routes once it can and whenever it is found
+// again, and rechecks them every interval while connected, since the
+// daemon's rules may change under them.
 func (p *proxyServer) watchDaemon(ctx context.Context, up func() bool, socket string, interval time.Duration) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -284,14 +287,16 @@ func (p *proxyServer) watchDaemon(ctx context.Context, up func() bool, socket st
 		case <-tick.C:
 		}
 		isUp := up()
+		reconnected := isUp && !wasUp
 		switch {
-		case isUp && !wasUp:
+		case reconnected:
 			p.cfg.log.Info("connected to the daemon", "socket", socket)
 		case !isUp && wasUp:
 			p.cfg.log.Warn("lost the daemon; requests are not decided (fail open or closed) until it is back", "socket", socket)
 		}
 		wasUp = isUp
-		if isUp && (p.unchecked.Load() || time.Since(lastCheck) >= interval) {
+		// A daemon found again may have restarted with other rules.
+		if isUp && (reconnected || p.unchecked.Load() || time.Since(lastCheck) >= interval) {
 			p.recheck()
 			lastCheck = time.Now()
 		}
