@@ -1,10 +1,6 @@
 package daemon
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicelabs/sluice/config"
-)
+import "github.com/sluicelabs/sluice/config"
 
 // RuleBurst returns the most tokens one request may take under rule (the
 // smallest burst of its limits) in the rules now in force, and whether the
@@ -14,8 +10,3 @@ func (l Local) RuleBurst(rule string) (int64, bool) { return config.RuleBurst(l.
 
 // RuleBurst is Local's RuleBurst (see there).
 func (e *Embedded) RuleBurst(rule string) (int64, bool) { return e.d.Local().RuleBurst(rule) }
-
-// MetricsRegisterer is the registry the admin endpoint's /metrics serves:
-// code running beside the daemon in its process (the built-in HTTP proxy)
-// registers its series there.
-func (d *Daemon) MetricsRegisterer() prometheus.Registerer { return d.metrics.reg }
