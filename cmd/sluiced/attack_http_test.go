@@ -429,3 +429,41 @@ func TestHTTPRulesChangingUnderTheRoutesAreNoticed(t *testing.T) {
 		t.Fatalf("unknown-rule requests counted %v (sidecar) and %v (built-in), want 3 each", a, b)
 	}
 }
+
+// A request the daemon refuses as invalid, here because a per-key override
+// has a burst below the route's cost (the route itself fits the rule), is
+// answered 500 "rate limit misconfigured" by both proxies, never forwarded,
+// counted and logged; other keys are served as usual.
+func TestHTTPInvalidDecisionIsA500NotAPass(t *testing.T) {
+	r := startHTTPRig(t, "rules:\n  api:\n    rate: 10/1h\n    overrides:\n      \"key:tiny\": {rate: 1/1h, burst: 1}\n",
+		"identity:\n  header: X-API-Key\ndefault:\n  - rule: api\n    cost: 5\n")
+	for _, px := range []struct{ name, base, metrics string }{{"sidecar", r.side, r.metrics}, {"built-in", r.builtIn, r.admin}} {
+		before := r.reached.Load()
+		for i := range 3 {
+			code, h := httpDo(px.base, "/", map[string]string{"X-API-Key": "tiny"})
+			if code != 500 || h.Get("Content-Type") != "application/problem+json" || h.Get("Retry-After") != "" {
+				t.Fatalf("%s request %d by the misconfigured key: %d %v", px.name, i, code, h)
+			}
+		}
+		if r.reached.Load() != before {
+			t.Fatalf("%s forwarded %d invalid requests", px.name, r.reached.Load()-before)
+		}
+		if v := httpMetric(px.metrics, "sluice_proxy_invalid_total"); v != 3 {
+			t.Fatalf("%s counted %v invalid requests, want 3", px.name, v)
+		}
+		if codes := httpCodes(px.base, "/", 3, map[string]string{"X-API-Key": px.name}); fmt.Sprint(codes) != "[200 200 429]" {
+			t.Fatalf("%s, an ordinary key (10/1h, cost 5): codes %v", px.name, codes)
+		}
+	}
+	for _, p := range []*proc{r.sidecar, r.daemon} {
+		out := p.stderr.String()
+		if strings.Count(out, "refused as invalid") != 1 {
+			t.Fatalf("want one rate-limited line for the invalid requests:\n%s", out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "refused as invalid") {
+				t.Log(line)
+			}
+		}
+	}
+}

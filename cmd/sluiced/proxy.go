@@ -76,8 +76,12 @@ func runProxy(c *cli.Context) error {
 		return err
 	}
 	defer p.shutdown()
+	// The decision client learns that the daemon is gone when a request
+	// finds it so; the routes client, asking every --routes-check-interval,
+	// notices it on an idle proxy too.
+	daemonUp := func() bool { return client.Up() && rulesClient.Up() }
 	reg := prometheus.NewRegistry()
-	registerProxyMetrics(reg, p, client.Up)
+	registerProxyMetrics(reg, p, daemonUp)
 	if addr := c.String("metrics-addr"); addr != "" {
 		stopMetrics, err := serveMetrics(addr, reg, log)
 		if err != nil {
@@ -88,7 +92,7 @@ func runProxy(c *cli.Context) error {
 	log.Info("proxy serving", "socket", sock)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go p.watchDaemon(ctx, client.Up, sock, c.Duration("routes-check-interval"))
+	go p.watchDaemon(ctx, daemonUp, sock, c.Duration("routes-check-interval"))
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
