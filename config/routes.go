@@ -30,8 +30,9 @@ type ProxyRoutes struct {
 // routesPos records where each limit of a routes file is written, so that a
 // check against the rules (CheckRules) can name the file, line and column.
 type routesPos struct {
-	def    []limitPos
-	routes [][]limitPos
+	def     []limitPos
+	routes  [][]limitPos // by route, then limit
+	routeAt []filePos    // where each route starts
 }
 
 type limitPos struct{ at, rule, cost filePos }
@@ -100,36 +101,48 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 	if err := dec.Decode(&r); err != nil && !errors.Is(err, io.EOF) { // an empty file is no routes
 		return nil, fmt.Errorf("invalid routes %s: %w", source, err)
 	}
-	check := func(where string, limits []ProxyLimit) error {
+	pos := limitPositions(data)
+	// at names a place in the file: "routes.yaml:7:9".
+	at := func(p filePos) string { return fmt.Sprintf("%s:%d:%d", source, max(p.line, 1), max(p.col, 1)) }
+	check := func(where string, limits []ProxyLimit, lp []limitPos) error {
 		for i, l := range limits {
+			var p limitPos
+			if i < len(lp) {
+				p = lp[i]
+			}
 			if l.Rule == "" {
-				return fmt.Errorf("invalid routes %s: %s limit %d: rule is missing", source, where, i)
+				return fmt.Errorf("invalid routes %s: %s limit %d: rule is missing", at(p.at), where, i)
 			}
 			if l.Cost < 0 {
-				return fmt.Errorf("invalid routes %s: %s limit %d: cost %d is negative", source, where, i, l.Cost)
+				return fmt.Errorf("invalid routes %s: %s limit %d: cost %d is negative", at(p.cost), where, i, l.Cost)
 			}
 		}
 		return nil
 	}
-	if err := check("default", r.Default); err != nil {
+	if err := check("default", r.Default, pos.def); err != nil {
 		return nil, err
 	}
 	for i, rt := range r.Routes {
-		if rt.Match == "" {
-			return nil, fmt.Errorf("invalid routes %s: route %d: match is missing", source, i)
+		var rp filePos
+		var lp []limitPos
+		if i < len(pos.routes) {
+			rp, lp = pos.routeAt[i], pos.routes[i]
 		}
-		if err := check("route "+rt.Match, rt.Limits); err != nil {
+		if rt.Match == "" {
+			return nil, fmt.Errorf("invalid routes %s: route %d: match is missing", at(rp), i)
+		}
+		if err := check("route "+rt.Match, rt.Limits, lp); err != nil {
 			return nil, err
 		}
 		if s := rt.Shape; s != nil && (s.MaxWait <= 0 || s.MaxQueue <= 0) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: shape needs max_wait and max_queue above zero", source, rt.Match)
+			return nil, fmt.Errorf("invalid routes %s: route %s: shape needs max_wait and max_queue above zero", at(rp), rt.Match)
 		}
 		if e := rt.Elastic; e != nil && (e.Extra <= 0 || e.MaxP99 <= 0 || e.MaxErrorRate < 0) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: elastic needs extra and max_p99 above zero", source, rt.Match)
+			return nil, fmt.Errorf("invalid routes %s: route %s: elastic needs extra and max_p99 above zero", at(rp), rt.Match)
 		}
 		// YAML's .nan and .inf pass the comparisons above.
 		if e := rt.Elastic; e != nil && (!finite(e.Extra) || !finite(e.MaxErrorRate)) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: elastic extra and max_error_rate must be finite numbers", source, rt.Match)
+			return nil, fmt.Errorf("invalid routes %s: route %s: elastic extra and max_error_rate must be finite numbers", at(rp), rt.Match)
 		}
 	}
 	for _, h := range r.Headers {
@@ -140,8 +153,7 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 	if f := r.Identity.ForwardedHeader; f != "" && !strings.EqualFold(f, "X-Forwarded-For") && !strings.EqualFold(f, "Forwarded") {
 		return nil, fmt.Errorf("invalid routes %s: identity: forwarded_header %q is not X-Forwarded-For or Forwarded", source, f)
 	}
-	r.source = source
-	r.pos = limitPositions(data)
+	r.source, r.pos = source, pos
 	return &r, nil
 }
 
@@ -175,6 +187,7 @@ func limitPositions(data []byte) routesPos {
 	if routes := mapValue(root, "routes"); routes != nil && routes.Kind == yaml.SequenceNode {
 		for _, rt := range routes.Content {
 			pos.routes = append(pos.routes, limits(mapValue(rt, "limits")))
+			pos.routeAt = append(pos.routeAt, filePos{rt.Line, rt.Column})
 		}
 	}
 	return pos
