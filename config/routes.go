@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -21,14 +22,34 @@ type ProxyRoutes struct {
 	// Default limits apply to requests no route matches.
 	Default []ProxyLimit `yaml:"default"`
 	Routes  []ProxyRoute `yaml:"routes"`
+
+	source string    // the file, for errors
+	pos    routesPos // where each limit is written, for errors
 }
+
+// routesPos records where each limit of a routes file is written, so that a
+// check against the rules (CheckRules) can name the file, line and column.
+type routesPos struct {
+	def     []limitPos
+	routes  [][]limitPos // by route, then limit
+	routeAt []filePos    // where each route starts
+}
+
+type limitPos struct{ at, rule, cost filePos }
+
+type filePos struct{ line, col int }
 
 // ProxyIdentity says how a client's key is built (see httplimit.Identity).
 type ProxyIdentity struct {
 	Header         string   `yaml:"header"`
 	ClientIP       *bool    `yaml:"client_ip"` // default true
 	TrustedProxies []string `yaml:"trusted_proxies"`
-	Anonymous      string   `yaml:"anonymous"`
+	// ForwardedHeader is the one forwarding header the trusted proxies
+	// write and the client address is read from: X-Forwarded-For (the
+	// default) or Forwarded. The other is ignored, so a client cannot add
+	// it to choose its key.
+	ForwardedHeader string `yaml:"forwarded_header"`
+	Anonymous       string `yaml:"anonymous"`
 }
 
 // ProxyLimit is one limit: a rule, its cost, and whether it is keyed per route.
@@ -80,36 +101,48 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 	if err := dec.Decode(&r); err != nil && !errors.Is(err, io.EOF) { // an empty file is no routes
 		return nil, fmt.Errorf("invalid routes %s: %w", source, err)
 	}
-	check := func(where string, limits []ProxyLimit) error {
+	pos := limitPositions(data)
+	// at names a place in the file: "routes.yaml:7:9".
+	at := func(p filePos) string { return fmt.Sprintf("%s:%d:%d", source, max(p.line, 1), max(p.col, 1)) }
+	check := func(where string, limits []ProxyLimit, lp []limitPos) error {
 		for i, l := range limits {
+			var p limitPos
+			if i < len(lp) {
+				p = lp[i]
+			}
 			if l.Rule == "" {
-				return fmt.Errorf("invalid routes %s: %s limit %d: rule is missing", source, where, i)
+				return fmt.Errorf("invalid routes %s: %s limit %d: rule is missing", at(p.at), where, i)
 			}
 			if l.Cost < 0 {
-				return fmt.Errorf("invalid routes %s: %s limit %d: cost %d is negative", source, where, i, l.Cost)
+				return fmt.Errorf("invalid routes %s: %s limit %d: cost %d is negative", at(p.cost), where, i, l.Cost)
 			}
 		}
 		return nil
 	}
-	if err := check("default", r.Default); err != nil {
+	if err := check("default", r.Default, pos.def); err != nil {
 		return nil, err
 	}
 	for i, rt := range r.Routes {
-		if rt.Match == "" {
-			return nil, fmt.Errorf("invalid routes %s: route %d: match is missing", source, i)
+		var rp filePos
+		var lp []limitPos
+		if i < len(pos.routes) {
+			rp, lp = pos.routeAt[i], pos.routes[i]
 		}
-		if err := check("route "+rt.Match, rt.Limits); err != nil {
+		if rt.Match == "" {
+			return nil, fmt.Errorf("invalid routes %s: route %d: match is missing", at(rp), i)
+		}
+		if err := check("route "+rt.Match, rt.Limits, lp); err != nil {
 			return nil, err
 		}
 		if s := rt.Shape; s != nil && (s.MaxWait <= 0 || s.MaxQueue <= 0) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: shape needs max_wait and max_queue above zero", source, rt.Match)
+			return nil, fmt.Errorf("invalid routes %s: route %s: shape needs max_wait and max_queue above zero", at(rp), rt.Match)
 		}
 		if e := rt.Elastic; e != nil && (e.Extra <= 0 || e.MaxP99 <= 0 || e.MaxErrorRate < 0) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: elastic needs extra and max_p99 above zero", source, rt.Match)
+			return nil, fmt.Errorf("invalid routes %s: route %s: elastic needs extra and max_p99 above zero", at(rp), rt.Match)
 		}
 		// YAML's .nan and .inf pass the comparisons above.
 		if e := rt.Elastic; e != nil && (!finite(e.Extra) || !finite(e.MaxErrorRate)) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: elastic extra and max_error_rate must be finite numbers", source, rt.Match)
+			return nil, fmt.Errorf("invalid routes %s: route %s: elastic extra and max_error_rate must be finite numbers", at(rp), rt.Match)
 		}
 	}
 	for _, h := range r.Headers {
@@ -117,7 +150,67 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 			return nil, fmt.Errorf("invalid routes %s: headers: %q is not legacy or draft", source, h)
 		}
 	}
+	if f := r.Identity.ForwardedHeader; f != "" && !strings.EqualFold(f, "X-Forwarded-For") && !strings.EqualFold(f, "Forwarded") {
+		return nil, fmt.Errorf("invalid routes %s: identity: forwarded_header %q is not X-Forwarded-For or Forwarded", source, f)
+	}
+	r.source, r.pos = source, pos
 	return &r, nil
 }
 
+// limitPositions finds where each limit is written in a routes file that
+// has already decoded without error.
+func limitPositions(data []byte) routesPos {
+	var pos routesPos
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return pos
+	}
+	limits := func(seq *yaml.Node) []limitPos {
+		if seq == nil || seq.Kind != yaml.SequenceNode {
+			return nil
+		}
+		out := make([]limitPos, len(seq.Content))
+		for i, n := range seq.Content {
+			at := filePos{n.Line, n.Column}
+			out[i] = limitPos{at: at, rule: at, cost: at}
+			if v := mapValue(n, "rule"); v != nil {
+				out[i].rule = filePos{v.Line, v.Column}
+			}
+			if v := mapValue(n, "cost"); v != nil {
+				out[i].cost = filePos{v.Line, v.Column}
+			}
+		}
+		return out
+	}
+	root := doc.Content[0]
+	pos.def = limits(mapValue(root, "default"))
+	if routes := mapValue(root, "routes"); routes != nil && routes.Kind == yaml.SequenceNode {
+		for _, rt := range routes.Content {
+			pos.routes = append(pos.routes, limits(mapValue(rt, "limits")))
+			pos.routeAt = append(pos.routeAt, filePos{rt.Line, rt.Column})
+		}
+	}
+	return pos
+}
+
+// mapValue returns the value of key in a mapping node, or nil.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// DefaultProxyRoutes are the routes of a proxy given no routes file: every
+// request limited by client IP under the rule "default", which the embedded
+// rules define.
+func DefaultProxyRoutes() *ProxyRoutes {
+	return &ProxyRoutes{Default: []ProxyLimit{{Rule: "default"}}, source: "the default routes (no routes file given)"}
+}

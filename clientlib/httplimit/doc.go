@@ -5,6 +5,14 @@
 // embedded daemon) for a decision, writes the rate-limit headers clients
 // expect, and answers 429 with a problem-details body when throttled.
 //
+// A request the limiter does not limit in the ordinary way never passes
+// unseen (see Events): when the limiter cannot decide it passes unlimited
+// (fail open) or gets 503 with a Retry-After of 1 to 5 s (fail closed);
+// when the limiter refuses it as invalid (a route costing more than its
+// rule's burst, a rule the daemon does not know under unknown_rule: deny)
+// it gets 500, "rate limit misconfigured", and is not served. Each is
+// counted and logged, at most one line per kind per interval.
+//
 // It also offers the other side: Transport, an http.RoundTripper for callers
 // of rate-limited APIs that waits as 429 and 503 responses ask and otherwise
 // backs off with full jitter.

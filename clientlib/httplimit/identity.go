@@ -17,13 +17,37 @@ type Identity struct {
 	User func(*http.Request) string
 	// ClientIP keys anonymous requests by the client's address.
 	ClientIP bool
-	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded
-	// headers are believed. A request from any other peer is keyed by the
-	// peer's own address, so a client cannot choose its key by sending the
-	// headers itself.
+	// TrustedProxies are the peers whose forwarding header (see
+	// ForwardedHeader) is believed. A request from any other peer is keyed
+	// by the peer's own address, so a client cannot choose its key by
+	// sending the header itself.
 	TrustedProxies []netip.Prefix
+	// ForwardedHeader names the one forwarding header the trusted proxies
+	// write: HeaderXForwardedFor (the default when empty) or
+	// HeaderForwarded (RFC 7239). The other header is never read, so a
+	// client cannot pick its key by adding the header its proxies do not
+	// touch and would pass through unchanged.
+	ForwardedHeader string
 	// Anonymous is the key of requests that yield no identity. Default "anonymous".
 	Anonymous string
+}
+
+// The forwarding headers Identity.ForwardedHeader may name.
+const (
+	HeaderXForwardedFor = "X-Forwarded-For"
+	HeaderForwarded     = "Forwarded"
+)
+
+// CanonicalForwardedHeader returns the canonical name of a forwarding header
+// ("" means X-Forwarded-For), or an error naming the two it may be.
+func CanonicalForwardedHeader(name string) (string, error) {
+	switch {
+	case name == "" || strings.EqualFold(name, HeaderXForwardedFor):
+		return HeaderXForwardedFor, nil
+	case strings.EqualFold(name, HeaderForwarded):
+		return HeaderForwarded, nil
+	}
+	return "", fmt.Errorf("forwarded header %q: want %s or %s", name, HeaderXForwardedFor, HeaderForwarded)
 }
 
 // ParsePrefixes parses addresses and CIDR prefixes ("10.0.0.0/8", "127.0.0.1").
@@ -88,7 +112,7 @@ func (id *Identity) ClientAddr(r *http.Request) (netip.Addr, bool) {
 	if !id.trusted(peer) {
 		return peer, true
 	}
-	chain := forwardedChain(r)
+	chain := forwardedChain(r, strings.EqualFold(id.ForwardedHeader, HeaderForwarded))
 	for i := len(chain) - 1; i >= 0; i-- {
 		a, ok := parseHost(chain[i])
 		if !ok {
@@ -103,11 +127,12 @@ func (id *Identity) ClientAddr(r *http.Request) (netip.Addr, bool) {
 }
 
 // forwardedChain lists the addresses a request passed through, client first,
-// from Forwarded (RFC 7239) if present, else X-Forwarded-For.
-func forwardedChain(r *http.Request) []string {
+// from Forwarded (RFC 7239) when forwarded is set, else from X-Forwarded-For;
+// never from both.
+func forwardedChain(r *http.Request, forwarded bool) []string {
 	var chain []string
-	if fw := r.Header.Values("Forwarded"); len(fw) > 0 {
-		for _, line := range fw {
+	if forwarded {
+		for _, line := range r.Header.Values(HeaderForwarded) {
 			for _, elem := range strings.Split(line, ",") {
 				for _, pair := range strings.Split(elem, ";") {
 					k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
@@ -119,7 +144,7 @@ func forwardedChain(r *http.Request) []string {
 		}
 		return chain
 	}
-	for _, line := range r.Header.Values("X-Forwarded-For") {
+	for _, line := range r.Header.Values(HeaderXForwardedFor) {
 		for _, a := range strings.Split(line, ",") {
 			chain = append(chain, strings.TrimSpace(a))
 		}

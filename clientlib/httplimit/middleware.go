@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/clientlib"
+	"github.com/sluicelabs/sluice/ipc"
 )
 
 // Limiter decides. *clientlib.Client satisfies it, and so does an embedded
@@ -75,7 +77,8 @@ type Shape struct {
 type Headers uint8
 
 const (
-	// HeadersLegacy: X-Ratelimit-Limit, X-Ratelimit-Remaining, X-Ratelimit-Retry-After.
+	// HeadersLegacy: X-Ratelimit-Limit, X-Ratelimit-Remaining, X-Ratelimit-Reset,
+	// X-Ratelimit-Retry-After.
 	HeadersLegacy Headers = 1 << iota
 	// HeadersDraft: RateLimit-Policy and RateLimit, in the structured-field
 	// syntax of draft-ietf-httpapi-ratelimit-headers.
@@ -100,9 +103,17 @@ type Config struct {
 	// Wait holds a shaped request; it must return early with the context's
 	// error. Default: a timer. Tests inject their own.
 	Wait func(ctx context.Context, d time.Duration) error
-	// Now is the clock of the upstream health window and the elastic
-	// allowance. Default time.Now.
+	// Now is the clock of the upstream health window, the elastic
+	// allowance and the rate-limited logs. Default time.Now.
 	Now func() time.Time
+	// Events counts and logs (rate-limited) the requests that could not be
+	// limited in the ordinary way: undecided calls, invalid requests,
+	// unknown rules. Default: NewEvents(Log, 10s, Now). Pass one
+	// Events to every Middleware that replaces another, to keep the counts.
+	Events *Events
+	// Log writes the Events' lines when Events is nil. Default
+	// slog.Default().Warn: failing open is never silent.
+	Log clientlib.LogFunc
 }
 
 // Middleware limits requests before they reach a handler.
@@ -113,6 +124,7 @@ type Middleware struct {
 	routes  map[string]*routeState
 	health  *health       // nil unless a route is elastic
 	extra   *bucket.Store // elastic allowances
+	events  *Events
 }
 
 type routeState struct {
@@ -135,6 +147,17 @@ func New(cfg Config) (m *Middleware, err error) {
 	if cfg.Headers != nil {
 		m.headers = *cfg.Headers
 	}
+	if m.events = cfg.Events; m.events == nil {
+		log := cfg.Log
+		if log == nil {
+			log = slog.Default().Warn
+		}
+		m.events = NewEvents(log, 0, m.cfg.Now)
+	}
+	if m.cfg.Identity.ForwardedHeader, err = CanonicalForwardedHeader(cfg.Identity.ForwardedHeader); err != nil {
+		return nil, fmt.Errorf("httplimit: identity: %w", err)
+	}
+	rules, _ := cfg.Limiter.(RuleChecker)
 	check := func(where string, limits []Limit) error {
 		for i, l := range limits {
 			if l.Rule == "" {
@@ -142,6 +165,16 @@ func New(cfg Config) (m *Middleware, err error) {
 			}
 			if l.Cost < 0 {
 				return fmt.Errorf("httplimit: %s limit %d: cost %d is negative", where, i, l.Cost)
+			}
+			if rules == nil {
+				continue
+			}
+			burst, known := rules.RuleBurst(l.Rule)
+			if !known {
+				return fmt.Errorf("httplimit: %s limit %d: rule %q is not defined", where, i, l.Rule)
+			}
+			if cost := max(l.Cost, 1); cost > burst {
+				return fmt.Errorf("httplimit: %s limit %d: cost %d exceeds the burst %d of rule %q, so every request would be refused", where, i, cost, burst, l.Rule)
 			}
 		}
 		return nil
@@ -178,6 +211,16 @@ func New(cfg Config) (m *Middleware, err error) {
 		m.routes[r.Pattern] = &routeState{Route: r}
 	}
 	return m, nil
+}
+
+// RuleChecker is implemented by limiters that hold their rules (an embedded
+// limiter, daemon.Local): New then refuses a limit naming a rule they do not
+// define, or costing more than the rule's burst (such a request could never
+// be admitted). RuleBurst must be safe for concurrent use.
+type RuleChecker interface {
+	// RuleBurst returns the most tokens one request may take under rule
+	// (the smallest burst of its limits), and whether the rule exists.
+	RuleBurst(rule string) (burst int64, known bool)
 }
 
 // register adds a pattern to the matcher, turning ServeMux's panics on bad
@@ -274,10 +317,16 @@ func waitCtx(ctx context.Context, d time.Duration) error {
 
 // Wrap returns h behind the limiter: admitted requests reach h with limit
 // headers set; throttled ones get 429 and never reach it. When the limiter
-// fails open, requests pass without limit headers.
+// does not decide, requests pass without limit headers (fail open), or get
+// 503 if the limiter fails closed; either way they are counted and logged
+// (see Events). A request the limiter refuses as invalid (a misconfigured
+// route) gets 500 and never reaches h.
 func (m *Middleware) Wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.ServeHTTP(w, r, h) })
 }
+
+// Events returns the counters of requests not limited in the ordinary way.
+func (m *Middleware) Events() *Events { return m.events }
 
 // ServeHTTP limits one request and passes it to h if admitted (what Wrap's
 // handler does, without building a handler per request).
@@ -286,13 +335,29 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request, h http.Ha
 	if err != nil {
 		return // the client left while its request was held
 	}
-	if len(checks) == 0 || d.FailedOpen && d.Allowed {
-		h.ServeHTTP(w, r) // no decision: no limit headers to give
+	if len(checks) == 0 {
+		h.ServeHTTP(w, r) // no limit applies
 		return
 	}
-	if !d.FailedOpen {
-		m.WriteHeaders(w.Header(), d, checks)
+	switch {
+	case d.Invalid, !d.FailedOpen && !d.Allowed && d.Status == ipc.StatusUnknownRule:
+		m.events.recordInvalid(ruleList(checks), d.Err)
+		WriteMisconfigured(w, checks)
+		return
+	case d.FailedOpen && d.Allowed:
+		m.events.FailOpen.Record(d.Err)
+		h.ServeHTTP(w, r) // no decision: no limit headers to give
+		return
+	case d.FailedOpen:
+		m.events.FailClosed.Record(d.Err)
+		WriteUnavailable(w, unavailableRetry())
+		return
+	case d.Status == ipc.StatusUnknownRuleAllowed:
+		m.events.recordUnknownRule(policyName(d, checks))
+		m.serve(h, w, r) // nothing limits it: no limit headers to give
+		return
 	}
+	m.WriteHeaders(w.Header(), d, checks)
 	if d.Allowed {
 		m.serve(h, w, r)
 		return
@@ -334,7 +399,10 @@ func (m *Middleware) elastic(route *routeState, d clientlib.Decision, checks []c
 		return false
 	}
 	c := checks[d.Deciding]
-	res, err := m.extra.Take(0, []byte(c.Rule+"\x00"+c.Key), lim, c.Cost, m.cfg.Now())
+	// The allowance is keyed by rule and client; a long identity is bounded
+	// as the daemon bounds it, so it is limited here too, never refused.
+	key := clientlib.BoundedKey(c.Rule+"\x00"+c.Key, m.extra.MaxKeyLen())
+	res, err := m.extra.Take(0, []byte(key), lim, c.Cost, m.cfg.Now())
 	if err != nil || !res.Allowed {
 		return false
 	}
@@ -363,21 +431,32 @@ func policyName(d clientlib.Decision, checks []clientlib.Check) string {
 	return checks[d.Deciding].Rule
 }
 
-// WriteHeaders sets the rate-limit headers for a decision.
+// WriteHeaders sets the rate-limit headers for a decision. Limit is the
+// deciding rule's count per period; Remaining is the tokens left, capped at
+// Limit, so it never contradicts Limit (a token bucket whose burst exceeds
+// its count holds more, and says so only once fewer than Limit are left);
+// Reset is the seconds until the bucket is full again (or, when refused,
+// until the request could pass). A decision without a limit (Limit 0) gets
+// no headers.
 func (m *Middleware) WriteHeaders(h http.Header, d clientlib.Decision, checks []clientlib.Check) {
+	if d.Limit <= 0 {
+		return
+	}
+	remaining := min(max(d.Remaining, 0), d.Limit)
+	reset := d.ResetAfter
+	if !d.Allowed {
+		reset = d.RetryAfter
+	}
 	if m.headers&HeadersLegacy != 0 {
 		h.Set("X-Ratelimit-Limit", strconv.FormatInt(d.Limit, 10))
-		h.Set("X-Ratelimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
+		h.Set("X-Ratelimit-Remaining", strconv.FormatInt(remaining, 10))
+		h.Set("X-Ratelimit-Reset", strconv.FormatInt(ceilSeconds(reset), 10))
 		h.Set("X-Ratelimit-Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
 	}
 	if m.headers&HeadersDraft != 0 && d.Period > 0 {
 		name := sfString(policyName(d, checks))
 		h.Set("RateLimit-Policy", fmt.Sprintf("%s;q=%d;w=%d", name, d.Limit, ceilSeconds(d.Period)))
-		reset := d.ResetAfter
-		if !d.Allowed {
-			reset = d.RetryAfter
-		}
-		h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, max(d.Remaining, 0), ceilSeconds(reset)))
+		h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, remaining, ceilSeconds(reset)))
 	}
 }
 
@@ -387,7 +466,7 @@ type problem struct {
 	Title      string `json:"title"`
 	Status     int    `json:"status"`
 	Detail     string `json:"detail"`
-	RetryAfter int64  `json:"retry_after"`
+	RetryAfter int64  `json:"retry_after,omitempty"`
 	Rule       string `json:"rule,omitempty"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -42,25 +43,26 @@ func TestClientAddrTrustsOnlyConfiguredProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := Identity{ClientIP: true, TrustedProxies: proxies}
 	tests := []struct {
 		name    string
 		remote  string
 		headers map[string]string
 		want    string
+		fwd     string // Identity.ForwardedHeader
 	}{
-		{"direct client", "203.0.113.7:5555", nil, "203.0.113.7"},
-		{"spoofed XFF from an untrusted peer is ignored", "203.0.113.7:5555", map[string]string{"X-Forwarded-For": "1.2.3.4"}, "203.0.113.7"},
-		{"trusted proxy: rightmost untrusted hop", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9"}, "198.51.100.9"},
-		{"chain of trusted proxies", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "198.51.100.9, 192.168.1.1, 10.2.2.2"}, "198.51.100.9"},
-		{"client-forged prefix cannot win", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "10.9.9.9, 198.51.100.9"}, "198.51.100.9"},
-		{"Forwarded header", "10.1.1.1:80", map[string]string{"Forwarded": `for=198.51.100.9;proto=https, for="10.3.3.3"`}, "198.51.100.9"},
-		{"IPv6 in Forwarded", "10.1.1.1:80", map[string]string{"Forwarded": `for="[2001:db8::1]:4711"`}, "2001:db8::1"},
-		{"garbage in the chain stops trust", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "198.51.100.9, nonsense"}, "10.1.1.1"},
-		{"IPv4-mapped peer", "[::ffff:203.0.113.7]:1", nil, "203.0.113.7"},
+		{"direct client", "203.0.113.7:5555", nil, "203.0.113.7", ""},
+		{"spoofed XFF from an untrusted peer is ignored", "203.0.113.7:5555", map[string]string{"X-Forwarded-For": "1.2.3.4"}, "203.0.113.7", ""},
+		{"trusted proxy: rightmost untrusted hop", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9"}, "198.51.100.9", ""},
+		{"chain of trusted proxies", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "198.51.100.9, 192.168.1.1, 10.2.2.2"}, "198.51.100.9", ""},
+		{"client-forged prefix cannot win", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "10.9.9.9, 198.51.100.9"}, "198.51.100.9", ""},
+		{"Forwarded header", "10.1.1.1:80", map[string]string{"Forwarded": `for=198.51.100.9;proto=https, for="10.3.3.3"`}, "198.51.100.9", HeaderForwarded},
+		{"IPv6 in Forwarded", "10.1.1.1:80", map[string]string{"Forwarded": `for="[2001:db8::1]:4711"`}, "2001:db8::1", HeaderForwarded},
+		{"garbage in the chain stops trust", "10.1.1.1:80", map[string]string{"X-Forwarded-For": "198.51.100.9, nonsense"}, "10.1.1.1", ""},
+		{"IPv4-mapped peer", "[::ffff:203.0.113.7]:1", nil, "203.0.113.7", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			id := Identity{ClientIP: true, TrustedProxies: proxies, ForwardedHeader: tt.fwd}
 			r := httptest.NewRequest("GET", "/", nil)
 			r.RemoteAddr = tt.remote
 			for k, v := range tt.headers {
@@ -220,8 +222,10 @@ func TestUnlimitedRoutesAndFailOpenPassWithoutHeaders(t *testing.T) {
 	closed := &scripted{decide: func(c []clientlib.Check) clientlib.Decision {
 		return clientlib.Decision{Allowed: false, FailedOpen: true, Denied: -1, Deciding: -1, Err: clientlib.ErrDaemonDown}
 	}}
+	// Issue 14: a daemon outage under fail-closed is not a rate limit: 503
+	// with a Retry-After of at least a second (it was 429 with Retry-After 0).
 	w = serve(newMiddleware(t, closed, nil), "GET", "/items", nil)
-	if w.Code != 429 || w.Header().Get("X-Ratelimit-Limit") != "" || w.Header().Get("Retry-After") == "" {
+	if ra, _ := strconv.Atoi(w.Header().Get("Retry-After")); w.Code != 503 || w.Header().Get("X-Ratelimit-Limit") != "" || ra < 1 || ra > 5 {
 		t.Fatalf("failed closed: code %d headers %v", w.Code, w.Header())
 	}
 }

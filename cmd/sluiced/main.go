@@ -128,7 +128,7 @@ func run(c *cli.Context) error {
 	defer stop()
 	var proxy *proxyServer
 	if listen := c.String("proxy-listen"); listen != "" {
-		if proxy, err = startProxy(listen, c.String("proxy-upstream"), c.String("proxy-routes"), d.Local(), log.Named("proxy")); err != nil {
+		if proxy, err = startBuiltInProxy(ctx, listen, c.String("proxy-upstream"), c.String("proxy-routes"), d, log.Named("proxy")); err != nil {
 			return err
 		}
 		defer proxy.shutdown()
