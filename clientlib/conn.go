@@ -62,6 +62,8 @@ type conn struct {
 	spare    []byte
 	flushing bool
 
+	rInt, wInt interrupter // wake the token holder's read, the flusher's write
+
 	readToken  chan struct{} // holds a token while nobody reads
 	readerWake chan struct{}
 	rep        ipc.Reply // decode space; used only by the token holder
@@ -116,6 +118,7 @@ func dial(c *Client, opts Options) (*conn, error) {
 		readToken:  make(chan struct{}, 1),
 		readerWake: make(chan struct{}, 1),
 	}
+	cn.rInt.set, cn.wInt.set = nc.SetReadDeadline, nc.SetWriteDeadline
 	cn.readToken <- struct{}{}
 	c.wg.Add(1)
 	go cn.backgroundReader()
@@ -187,7 +190,7 @@ func (cn *conn) write(ctx context.Context, cl *call, deadline time.Time, size in
 		out := cn.wbuf
 		cn.wbuf = cn.spare[:0]
 		cn.wmu.Unlock()
-		n, err := cn.writeBy(ctx, out, deadline)
+		n, err := cn.writeBy(ctx, cl, out, deadline)
 		if errors.Is(err, ErrDaemonDown) { // the write failed, not the caller's time
 			cn.wmu.Lock()
 			cn.flushing = false
@@ -220,26 +223,28 @@ func (cn *conn) withdraw(cl *call) {
 }
 
 // writeBy writes b until done, deadline, or ctx's end, whichever is first.
-// While ctx can end, the write wakes every millisecond to look at it, so
-// that a cancelled caller returns within a millisecond even when the
-// daemon's socket buffer is full. It returns the bytes written, and
-// ErrTimeout, ctx's error, or the write's failure.
-func (cn *conn) writeBy(ctx context.Context, b []byte, deadline time.Time) (int, error) {
+// While ctx can end, the first wait is cut to pollEvery; a write still
+// blocked after it (the daemon's socket buffer is full) arms the write
+// interrupter, so that cancelling ctx ends it at once. It returns the bytes
+// written, and ErrTimeout, ctx's error, or the write's failure.
+func (cn *conn) writeBy(ctx context.Context, cl *call, b []byte, deadline time.Time) (int, error) {
 	cancellable := ctx.Done() != nil
+	defer cn.wInt.disarm()
 	written := 0
 	for {
 		now := time.Now()
 		if !now.Before(deadline) {
 			return written, ErrTimeout
 		}
-		if err := ctx.Err(); err != nil {
-			return written, err
-		}
 		d := deadline
-		if p := now.Add(pollEvery); cancellable && p.Before(d) {
+		if p := now.Add(pollEvery); cancellable && !cn.wInt.armed() && p.Before(d) {
 			d = p
 		}
 		cn.nc.SetWriteDeadline(d)
+		// After setting the deadline: an interruption that came before it is seen here.
+		if err := ctx.Err(); err != nil {
+			return written, err
+		}
 		n, err := cn.nc.Write(b[written:])
 		written += n
 		if err == nil {
@@ -247,6 +252,9 @@ func (cn *conn) writeBy(ctx context.Context, b []byte, deadline time.Time) (int,
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return written, fmt.Errorf("%w: write: %w", ErrDaemonDown, err)
+		}
+		if cancellable && !cn.wInt.armed() {
+			cn.wInt.arm(ctx, cl)
 		}
 	}
 }
@@ -310,22 +318,21 @@ func (cn *conn) await(ctx context.Context, cl *call, deadline time.Time) error {
 	return cn.settle(cl, err)
 }
 
-// pollEvery is how often a read or write that waits looks at a cancellable
-// context.
-const pollEvery = time.Millisecond
+// pollEvery bounds the first wait of a read or write for a caller whose
+// context can end; a longer wait arms an interrupter (see interrupter).
+const pollEvery = 500 * time.Microsecond
 
 // readUntilDone reads frames as the token holder until cl is answered or its
-// deadline passes. A cancellable context is polled every millisecond while
-// the read waits, so cancellation is noticed within a millisecond.
+// deadline passes. While ctx can end, the first wait is cut to pollEvery;
+// a read still waiting after it arms the read interrupter, so that
+// cancelling ctx ends the wait at once.
 func (cn *conn) readUntilDone(ctx context.Context, cl *call, deadline time.Time) error {
 	cancellable := ctx.Done() != nil
-	nextRead := func(now time.Time) time.Time {
-		if p := now.Add(pollEvery); cancellable && p.Before(deadline) {
-			return p
-		}
-		return deadline
+	first := deadline
+	if p := time.Now().Add(pollEvery); cancellable && p.Before(deadline) {
+		first = p
 	}
-	cn.nc.SetReadDeadline(nextRead(time.Now()))
+	cn.nc.SetReadDeadline(first)
 	// A caller whose time ran out while it wrote does not read at all.
 	err := ctx.Err()
 	if err == nil && !time.Now().Before(deadline) {
@@ -345,13 +352,20 @@ func (cn *conn) readUntilDone(ctx context.Context, cl *call, deadline time.Time)
 		if err = ctx.Err(); err != nil {
 			break
 		}
-		now := time.Now()
-		if !now.Before(deadline) {
+		if !time.Now().Before(deadline) {
 			err = ErrTimeout
 			break
 		}
-		cn.nc.SetReadDeadline(nextRead(now))
+		if cancellable && !cn.rInt.armed() {
+			cn.rInt.arm(ctx, cl)
+		}
+		cn.nc.SetReadDeadline(deadline)
+		// After setting the deadline: an interruption that came before it is seen here.
+		if err = ctx.Err(); err != nil {
+			break
+		}
 	}
+	cn.rInt.disarm()
 	cn.releaseToken()
 	return cn.settle(cl, err)
 }

@@ -121,8 +121,10 @@ func describe(fi fs.FileInfo) string {
 // examinePath looks at the socket path and its directories, without
 // connecting, for what would stop this process from connecting. It returns
 // nil when nothing visible is wrong. why says where the path came from.
-func examinePath(path, why string) *ReachError {
-	me := self()
+func examinePath(path, why string) *ReachError { return examinePathAs(self(), path, why) }
+
+// examinePathAs is examinePath for a process running as me.
+func examinePathAs(me identity, path, why string) *ReachError {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		abs = path
