@@ -143,13 +143,13 @@ func examinePathAs(me identity, path, why string) *ReachError {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return &ReachError{Path: path, Cause: "no such directory", Err: fmt.Errorf("%w: %w", ErrDaemonDown, err),
-				Detail: fmt.Sprintf("%s does not exist; the path is %s%s", d, why, elsewhere(path)),
+				Detail: fmt.Sprintf("%s does not exist; this path: %s%s", d, why, elsewhere(path)),
 				Fix:    missingFix()}
 		case err != nil:
 			return &ReachError{Path: path, Cause: "cannot examine " + d, Err: fmt.Errorf("%w: %w", ErrDaemonDown, err), Detail: err.Error()}
 		case !fi.IsDir():
 			return &ReachError{Path: path, Cause: "not a directory", Err: fmt.Errorf("%w: %s is not a directory", ErrDaemonDown, d),
-				Detail: fmt.Sprintf("%s is a file, not a directory; the path is %s", d, why), Fix: missingFix()}
+				Detail: fmt.Sprintf("%s is a file, not a directory; this path: %s", d, why), Fix: missingFix()}
 		}
 		if ok, known := me.may(fi, 0o1); known && !ok {
 			uid, gid, _ := fileOwner(fi)
@@ -163,7 +163,7 @@ func examinePathAs(me identity, path, why string) *ReachError {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return &ReachError{Path: path, Cause: "no such file", Err: fmt.Errorf("%w: %w", ErrDaemonDown, err),
-			Detail: fmt.Sprintf("nothing is at this path (it is %s)%s", why, elsewhere(path)),
+			Detail: fmt.Sprintf("nothing is there; this path: %s%s", why, elsewhere(path)),
 			Fix:    missingFix()}
 	case err != nil:
 		return &ReachError{Path: path, Cause: "cannot examine the socket", Err: fmt.Errorf("%w: %w", ErrDaemonDown, err), Detail: err.Error()}
