@@ -103,20 +103,27 @@ func TestTimeoutBoundsCallsWhenTheDaemonStopsReading(t *testing.T) {
 	waitUp(t, c)
 	key := strings.Repeat("k", 8<<10)
 	var worst time.Duration
+	var waited []time.Duration
 	for range 2000 {
 		start := time.Now()
 		d := c.Allow(context.Background(), "api", key)
-		worst = max(worst, time.Since(start))
+		took := time.Since(start)
+		worst = max(worst, took)
 		if !d.FailedOpen {
 			t.Fatalf("decided by a daemon that reads nothing: %+v", d)
 		}
+		if errors.Is(d.Err, ErrTimeout) {
+			waited = append(waited, took)
+		}
 	}
+	slices.Sort(waited)
 	s := c.Stats()
-	// 1 ms plus scheduling; a loaded race-instrumented machine gets slack.
-	if worst > 50*time.Millisecond {
-		t.Fatalf("slowest call took %s with a 1ms Timeout", worst)
+	t.Logf("2000 calls of 8 KiB, 1ms Timeout, daemon not reading: slowest %s; %d waited out the deadline; stats %+v", worst, len(waited), s)
+	// 1 ms plus scheduling: the median is the code's, the maximum the
+	// scheduler's on a loaded machine, so it only gets a loose bound.
+	if len(waited) == 0 || waited[len(waited)/2] > 10*time.Millisecond || worst > time.Second {
+		t.Fatalf("calls that waited took a median of %v, slowest %s, with a 1ms Timeout", waited[len(waited)/2], worst)
 	}
-	t.Logf("2000 calls of 8 KiB, 1ms Timeout, daemon not reading: slowest %s; stats %+v", worst, s)
 }
 
 // A cancelled context ends a call within about a millisecond in every state
@@ -169,7 +176,7 @@ func TestCancelEndsACallInEveryState(t *testing.T) {
 				took = append(took, time.Duration(returned-cancelled.Load()))
 			}
 			slices.Sort(took)
-			if took[len(took)-1] > 20*time.Millisecond {
+			if took[len(took)/2] > 20*time.Millisecond || took[len(took)-1] > time.Second {
 				t.Fatalf("returned %v after the cancel", took)
 			}
 			t.Logf("returned %v after the cancel", took)
