@@ -137,7 +137,7 @@ func TestCancelEndsACallInEveryState(t *testing.T) {
 		queueFirst bool
 		key        int
 	}{
-		{"writing into a full socket", neverRead, false, 8 << 20},
+		{"writing into a full socket", neverRead, false, 2 << 20},
 		{"holding the read token", readSilently, false, 1},
 		{"waiting to be handed the reply", readSilently, true, 1},
 	}
@@ -163,10 +163,11 @@ func TestCancelEndsACallInEveryState(t *testing.T) {
 					c = openClient(t, Options{SocketPath: path, Timeout: time.Minute, Conns: 1, Log: quiet})
 				}
 				waitUp(t, c)
+				key := strings.Repeat("k", tt.key) // before the clock starts
 				ctx, cancel := context.WithCancel(context.Background())
 				var cancelled atomic.Int64
 				timer := time.AfterFunc(20*time.Millisecond, func() { cancelled.Store(time.Now().UnixNano()); cancel() })
-				d := c.Allow(ctx, "api", strings.Repeat("k", tt.key))
+				d := c.Allow(ctx, "api", key)
 				returned := time.Now().UnixNano()
 				timer.Stop()
 				cancel()

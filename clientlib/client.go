@@ -540,9 +540,13 @@ func (c *Client) appendReport(b []byte) []byte {
 	return ipc.AppendReport(b, r)
 }
 
-// connLost is called by a connection that died: callers fail fast once no
-// connection is left, and the reconnect loop starts.
-func (c *Client) connLost() {
+// connLost is called by a connection that died of err: callers fail fast,
+// with err and the path, once no connection is left, and the reconnect loop
+// starts.
+func (c *Client) connLost(err error) {
+	down := error(&ReachError{Path: c.opts.SocketPath, Cause: "connection lost", Detail: err.Error(), Err: err,
+		Fix: "reconnecting with backoff; if this repeats, see sluiced's log"})
+	c.downErr.Store(&down)
 	if c.pick() == nil {
 		c.up.Store(false)
 	}

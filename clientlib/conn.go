@@ -547,6 +547,6 @@ func (cn *conn) fail(err error) {
 		cl.done <- struct{}{}
 	}
 	if !errors.Is(err, ErrClosed) {
-		cn.client.connLost()
+		cn.client.connLost(err)
 	}
 }

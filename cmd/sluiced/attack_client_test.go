@@ -248,7 +248,7 @@ func TestClientDeadlineHoldsAgainstAStoppedDaemon(t *testing.T) {
 		name string
 		rule string
 	}{
-		{"waiting to write (8 MiB request, buffer full)", strings.Repeat("r", 8<<20)},
+		{"waiting to write (2 MiB request, buffer full)", strings.Repeat("r", 2<<20)},
 		{"holding the read token", "default"},
 	}
 	for _, st := range states {
