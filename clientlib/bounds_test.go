@@ -184,3 +184,30 @@ func TestCancelEndsACallInEveryState(t *testing.T) {
 		})
 	}
 }
+
+// The fast path allocates nothing with a cancellable context either (a
+// request's context, in a server): the interrupter is armed only when a
+// wait turns out long.
+func TestAllowWithACancellableContextAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector; run without -race")
+	}
+	path := socketPath(t)
+	startDaemon(t, path)
+	c := openClient(t, Options{SocketPath: path, Timeout: generous, Conns: 1})
+	waitUp(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	checks := []Check{{Rule: "api", Key: "alice", Cost: 1}}
+	c.AllowAll(ctx, checks...)
+	allocs := testing.AllocsPerRun(200, func() {
+		if d := c.AllowAll(ctx, checks...); d.FailedOpen {
+			t.Fatalf("failed open: %v", d.Err)
+		}
+	})
+	// A reply slower than pollEvery on a loaded machine arms the
+	// interrupter (a few allocations); most calls must not.
+	if allocs > 1 {
+		t.Fatalf("%v allocs per AllowAll with a cancellable context, want 0", allocs)
+	}
+}
