@@ -84,6 +84,14 @@ func Diagnose(ctx context.Context, opts Options, pathWhy string) Diagnosis {
 		}
 		ok, _ := me.may(fi, 0o1)
 		s := DiagnosisStep{Name: "directory " + dir, OK: ok && fi.IsDir(), Found: describe(fi) + yesNo("; this process may search it", ok)}
+		if dir == filepath.Dir(abs) && fi.Mode().Perm()&0o002 != 0 {
+			// Not a failure: the daemon-credentials check below is what
+			// stops an impostor here. But worth knowing.
+			s.Found += "; note: every user may create files here"
+			if fi.Mode()&fs.ModeSticky == 0 {
+				s.Found += " and replace the socket (no sticky bit)"
+			}
+		}
 		if !s.OK {
 			s.Fix = fixOf(d.Problem)
 		}

@@ -113,9 +113,25 @@ func (id identity) may(fi fs.FileInfo, want fs.FileMode) (allowed, ok bool) {
 func describe(fi fs.FileInfo) string {
 	uid, gid, ok := fileOwner(fi)
 	if !ok {
-		return fmt.Sprintf("mode %04o", fi.Mode().Perm())
+		return fmt.Sprintf("mode %04o", octalMode(fi))
 	}
-	return fmt.Sprintf("mode %04o owned by uid %d gid %d", fi.Mode().Perm(), uid, gid)
+	return fmt.Sprintf("mode %04o owned by uid %d gid %d", octalMode(fi), uid, gid)
+}
+
+// octalMode is a file's permission bits as chmod writes them, with the
+// setuid, setgid and sticky bits.
+func octalMode(fi fs.FileInfo) uint32 {
+	m := uint32(fi.Mode().Perm())
+	if fi.Mode()&fs.ModeSetuid != 0 {
+		m |= 0o4000
+	}
+	if fi.Mode()&fs.ModeSetgid != 0 {
+		m |= 0o2000
+	}
+	if fi.Mode()&fs.ModeSticky != 0 {
+		m |= 0o1000
+	}
+	return m
 }
 
 // examinePath looks at the socket path and its directories, without

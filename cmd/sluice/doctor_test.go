@@ -22,6 +22,9 @@ func TestDoctorExplainsEachStep(t *testing.T) {
 	}
 	l.SetUnlinkOnClose(false)
 	l.Close()
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777) // past the umask
 	me := os.Geteuid()
 	tests := []struct {
 		name string
@@ -43,6 +46,8 @@ func TestDoctorExplainsEachStep(t *testing.T) {
 			"[ok  ] connect", fmt.Sprintf("[FAIL] daemon credentials: pid %d uid %d", os.Getpid(), me), fmt.Sprintf("trusted daemon uids: %d", me+1),
 			"fix: another local user may be impersonating sluiced", "NOT REACHABLE"}},
 		{"bad uid list", []string{"--socket", sock, "--daemon-uids", "root"}, exitError, []string{"--daemon-uids"}},
+		{"world-writable directory", []string{"--socket", filepath.Join(open, "none.sock")}, exitError, []string{
+			"[ok  ] directory " + open + ": mode 0777", "note: every user may create files here and replace the socket (no sticky bit)", "[FAIL] socket: does not exist"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
