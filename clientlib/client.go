@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,11 +50,35 @@ type Options struct {
 	// Jitter returns a random number in [0, 1) used to spread reconnects.
 	// Default: math/rand/v2.Float64. Tests inject their own.
 	Jitter func() float64
+
+	// Log receives a line for every cause of undecided calls, at most one
+	// per cause per LogInterval, with the count since the cause's last line
+	// (see FailOpenLog), and a line, once, for each distinct reason the
+	// socket cannot be reached or trusted (see ReachError). Default: the
+	// log/slog default logger at Warn. To count without logging, pass a
+	// function that does nothing.
+	Log LogFunc
+	// LogInterval is the least time between two lines of the same cause. Default 10s.
+	LogInterval time.Duration
+
+	// DaemonUIDs are the users the daemon may run as. Before trusting a
+	// connection the client reads the credentials of the process serving
+	// the socket (SO_PEERCRED, which that process cannot forge) and refuses
+	// it unless its uid is listed: a local user who puts its own socket at
+	// the path cannot answer for the daemon. A refused connection is a
+	// failure to decide (CauseUntrusted: counted, logged with the path, the
+	// uid found and the uids expected). Default: $SLUICE_DAEMON_UIDS
+	// (comma-separated) if set, else root and this process's own uid.
+	// Checked on Linux only; elsewhere see PeerCredChecked.
+	DaemonUIDs []uint32
 }
 
-func (o *Options) setDefaults() {
+// setDefaults fills in zero fields and returns why the socket path is what
+// it is.
+func (o *Options) setDefaults() (pathWhy string) {
+	pathWhy = "set by Options.SocketPath"
 	if o.SocketPath == "" {
-		o.SocketPath = ipc.DefaultSocketPath()
+		o.SocketPath, pathWhy = SocketPathChoice()
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Millisecond
@@ -75,7 +101,26 @@ func (o *Options) setDefaults() {
 	if o.Jitter == nil {
 		o.Jitter = rand.Float64
 	}
+	if o.Log == nil {
+		o.Log = slogWarn
+	}
+	if len(o.DaemonUIDs) == 0 {
+		if uids, err := defaultDaemonUIDs(); err == nil {
+			o.DaemonUIDs = uids
+		} else {
+			// A malformed $SLUICE_DAEMON_UIDS trusts only root, and says so.
+			o.DaemonUIDs = []uint32{0}
+			o.Log("sluice: ignoring a malformed trusted-daemon list; trusting root only", "error", err.Error())
+		}
+	} else {
+		o.DaemonUIDs = slices.Clone(o.DaemonUIDs)
+	}
+	return pathWhy
 }
+
+// slogWarn logs through the log/slog default logger as it is when the line
+// is written, so a program may set its logger after making its clients.
+func slogWarn(msg string, keyvals ...any) { slog.Default().Warn(msg, keyvals...) }
 
 // Check is one limit to check: the named rule, applied to key, at a cost in tokens.
 type Check struct {
@@ -130,13 +175,15 @@ type Stats struct {
 	Timeouts     uint64 // of the undecided, those that hit the deadline
 	Reconnects   uint64 // connections made to replace ones that died
 	Invalid      uint64 // calls refused as invalid requests (see ErrInvalid)
+	Untrusted    uint64 // connections refused: the socket's server is not a trusted daemon (see Options.DaemonUIDs)
 }
 
 // Client talks to one daemon. Make one with New or Dial and share it.
 type Client struct {
-	opts  Options
-	slots []atomic.Pointer[conn]
-	next  atomic.Uint32
+	opts    Options
+	pathWhy string // why opts.SocketPath is what it is
+	slots   []atomic.Pointer[conn]
+	next    atomic.Uint32
 	// up is set while at least one connection is live; callers fail fast otherwise.
 	up atomic.Bool
 
@@ -147,7 +194,15 @@ type Client struct {
 	closeOne sync.Once
 	wg       sync.WaitGroup
 
-	decisions, denied, failedOpen, failedClosed, timeouts, reconnects, invalid atomic.Uint64
+	decisions, denied, failedOpen, failedClosed, timeouts, reconnects, invalid, untrusted atomic.Uint64
+
+	// failLog counts and logs undecided calls by cause.
+	failLog *FailOpenLog
+	// downErr is what calls fail with while no connection is up: the last
+	// reason the daemon could not be reached (a *ReachError once known).
+	downErr atomic.Pointer[error]
+	// reachLogged is the text of the last ReachError logged (reconnect loop only).
+	reachLogged string
 	// reportedOpen and reportedClosed are the counts already sent to the
 	// daemon in REPORTs, so it can count what its clients decided without it.
 	reportedOpen, reportedClosed atomic.Uint64
@@ -155,9 +210,17 @@ type Client struct {
 
 // New returns a client that connects in the background; calls made before the
 // first connection is up fail open. New does not block.
+//
+// New looks at the socket path before returning, without connecting: when
+// the path is missing, or this process lacks the permissions to connect,
+// the first call already fails with a ReachError naming the path, the cause
+// and the fix, and the log says so once.
 func New(opts Options) *Client {
-	opts.setDefaults()
-	c := newClient(opts)
+	why := opts.setDefaults()
+	c := newClient(opts, why)
+	if re := examinePath(opts.SocketPath, why); re != nil {
+		c.unreachable(re)
+	}
 	c.start()
 	return c
 }
@@ -165,14 +228,21 @@ func New(opts Options) *Client {
 // Dial connects to the daemon before returning, and returns an error (and no
 // client) if the first attempt fails or ctx ends first. After that the client
 // behaves as one from New.
+//
+// A failure to reach or trust the daemon is a *ReachError, which names the
+// socket path, what was found there and how to fix it.
 func Dial(ctx context.Context, opts Options) (*Client, error) {
-	opts.setDefaults()
+	why := opts.setDefaults()
 	if dl, ok := ctx.Deadline(); ok {
 		opts.DialTimeout = min(opts.DialTimeout, time.Until(dl))
 	}
-	c := newClient(opts)
+	c := newClient(opts, why)
 	cn, err := dial(c, opts)
 	if err != nil {
+		var re *ReachError
+		if errors.As(err, &re) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("dial sluiced at %s: %w", opts.SocketPath, err)
 	}
 	c.slots[0].Store(cn)
@@ -181,13 +251,18 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	return c, nil
 }
 
-func newClient(opts Options) *Client {
+func newClient(opts Options, pathWhy string) *Client {
 	c := &Client{
-		opts:   opts,
-		slots:  make([]atomic.Pointer[conn], opts.Conns),
-		kick:   make(chan struct{}, 1),
-		closed: make(chan struct{}),
+		opts:    opts,
+		pathWhy: pathWhy,
+		failLog: NewFailOpenLog(opts.Log, opts.LogInterval, opts.FailClosed, nil),
+		slots:   make([]atomic.Pointer[conn], opts.Conns),
+		kick:    make(chan struct{}, 1),
+		closed:  make(chan struct{}),
 	}
+	down := error(&ReachError{Path: opts.SocketPath, Cause: "not connected yet", Err: ErrDaemonDown,
+		Fix: "the client is still making its first connection"})
+	c.downErr.Store(&down)
 	c.calls.New = func() any {
 		t := time.NewTimer(time.Hour)
 		t.Stop()
@@ -230,8 +305,16 @@ func (c *Client) Stats() Stats {
 		Timeouts:     c.timeouts.Load(),
 		Reconnects:   c.reconnects.Load(),
 		Invalid:      c.invalid.Load(),
+		Untrusted:    c.untrusted.Load(),
 	}
 }
+
+// FailOpens returns the log that counts this client's undecided calls by
+// cause (FailOpenLog.Total, Totals).
+func (c *Client) FailOpens() *FailOpenLog { return c.failLog }
+
+// SocketPath returns the socket the client connects to, and why that path.
+func (c *Client) SocketPath() (path, why string) { return c.opts.SocketPath, c.pathWhy }
 
 // Allow asks whether key may make one request under rule.
 func (c *Client) Allow(ctx context.Context, rule, key string) Decision {
@@ -265,25 +348,26 @@ func (c *Client) AllowAll(ctx context.Context, checks ...Check) Decision {
 	default:
 	}
 	if !c.up.Load() {
-		return c.undecided(ErrDaemonDown, false)
+		return c.undecided(*c.downErr.Load(), false)
 	}
 	cn := c.pick()
 	if cn == nil {
-		return c.undecided(ErrDaemonDown, false)
+		return c.undecided(*c.downErr.Load(), false)
 	}
 	if err := ctx.Err(); err != nil {
 		return c.undecided(err, false)
 	}
+	deadline := c.deadline(ctx)
 
 	cl := c.calls.Get().(*call)
 	defer c.calls.Put(cl)
-	if err := cn.send(cl, checks, c.opts.Timeout); err != nil {
+	if err := cn.send(ctx, cl, checks, deadline); err != nil {
 		if errors.Is(err, ErrInvalid) {
 			return c.refuseInvalid(err)
 		}
-		return c.undecided(err, false)
+		return c.undecided(err, errors.Is(err, ErrTimeout))
 	}
-	if err := cn.await(ctx, cl, c.opts.Timeout); err != nil {
+	if err := cn.await(ctx, cl, deadline); err != nil {
 		return c.undecided(err, errors.Is(err, ErrTimeout))
 	}
 	if cl.err != nil {
@@ -293,6 +377,16 @@ func (c *Client) AllowAll(ctx context.Context, checks ...Check) Decision {
 		return c.undecided(cl.err, false)
 	}
 	return c.decided(&cl.reply)
+}
+
+// deadline is when a call made now must have returned: Options.Timeout
+// from now, or ctx's deadline if that is sooner.
+func (c *Client) deadline(ctx context.Context) time.Time {
+	d := time.Now().Add(c.opts.Timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
 }
 
 // IsInvalidRequest reports whether err is the daemon refusing one request as
@@ -317,16 +411,20 @@ func (c *Client) Inspect(ctx context.Context, rule, key string) (ipc.Inspection,
 	}
 	cn := c.pick()
 	if cn == nil {
-		return ipc.Inspection{}, ErrDaemonDown
+		return ipc.Inspection{}, *c.downErr.Load()
 	}
+	deadline := c.deadline(ctx)
 	cl := c.calls.Get().(*call)
 	defer c.calls.Put(cl)
-	if err := cn.write(cl, c.opts.Timeout, func(b []byte, id uint64) []byte {
+	if maxKey := int(cn.welcome.MaxKeyLen); maxKey > 0 && len(key) > maxKey {
+		key = BoundedKey(key, maxKey)
+	}
+	if err := cn.write(ctx, cl, deadline, inspectSize(rule, key), func(b []byte, id uint64) []byte {
 		return ipc.AppendInspect(b, id, rule, key)
 	}); err != nil {
 		return ipc.Inspection{}, err
 	}
-	if err := cn.await(ctx, cl, c.opts.Timeout); err != nil {
+	if err := cn.await(ctx, cl, deadline); err != nil {
 		return ipc.Inspection{}, err
 	}
 	if cl.err != nil {
@@ -411,6 +509,7 @@ func (c *Client) undecided(err error, timedOut bool) Decision {
 	if timedOut {
 		c.timeouts.Add(1)
 	}
+	c.failLog.Record(err)
 	if c.opts.FailClosed {
 		c.failedClosed.Add(1)
 		return Decision{Allowed: false, Denied: -1, Deciding: -1, FailedOpen: true, Err: err}
@@ -441,9 +540,13 @@ func (c *Client) appendReport(b []byte) []byte {
 	return ipc.AppendReport(b, r)
 }
 
-// connLost is called by a connection that died: callers fail fast once no
-// connection is left, and the reconnect loop starts.
-func (c *Client) connLost() {
+// connLost is called by a connection that died of err: callers fail fast,
+// with err and the path, once no connection is left, and the reconnect loop
+// starts.
+func (c *Client) connLost(err error) {
+	down := error(&ReachError{Path: c.opts.SocketPath, Cause: "connection lost", Detail: err.Error(), Err: err,
+		Fix: "reconnecting with backoff; if this repeats, see sluiced's log"})
+	c.downErr.Store(&down)
 	if c.pick() == nil {
 		c.up.Store(false)
 	}
@@ -457,12 +560,61 @@ func (c *Client) wake() {
 	}
 }
 
-// reconnectLoop fills empty connection slots, backing off while dials fail.
+// youngDeath is how long a connection must live to count as a success: one
+// that dies sooner (a daemon that accepts, handshakes, then closes or speaks
+// nonsense) counts as a failed dial, so the backoff keeps growing instead of
+// starting over at every handshake.
+const youngDeath = time.Second
+
+// unreachable records why the daemon cannot be reached, so that calls fail
+// with it, and logs each distinct reason once.
+func (c *Client) unreachable(err error) {
+	c.downErr.Store(&err)
+	var re *ReachError
+	if errors.As(err, &re) && errors.Is(err, ErrUntrustedDaemon) {
+		c.untrusted.Add(1)
+	}
+	msg := err.Error()
+	if msg == c.reachLogged {
+		return
+	}
+	c.reachLogged = msg
+	c.opts.Log("sluice: cannot reach sluiced; calls fail "+c.failMode()+" until it can be reached",
+		"path", c.opts.SocketPath, "error", msg)
+}
+
+// reachable notes a connection made: after a logged failure, it says so.
+func (c *Client) reachable() {
+	if c.reachLogged == "" {
+		return
+	}
+	c.reachLogged = ""
+	c.opts.Log("sluice: reached sluiced again", "path", c.opts.SocketPath)
+}
+
+func (c *Client) failMode() string {
+	if c.opts.FailClosed {
+		return "closed (denied)"
+	}
+	return "open (allowed)"
+}
+
+// reconnectLoop fills empty connection slots, backing off while dials fail
+// and while connections die young (see youngDeath).
 func (c *Client) reconnectLoop() {
 	defer c.wg.Done()
 	backoff := c.opts.ReconnectMin
+	var notBefore time.Time // no dialling before this: the backoff in force
+	replacing := make([]bool, len(c.slots))
 	timer := time.NewTimer(0)
 	timer.Stop()
+	wait := func(now time.Time) {
+		// Full jitter over [backoff/2, backoff): reconnecting clients spread out.
+		w := backoff/2 + time.Duration(c.opts.Jitter()*float64(backoff/2))
+		notBefore = now.Add(w)
+		timer.Reset(w)
+		backoff = min(2*backoff, c.opts.ReconnectMax)
+	}
 	for {
 		select {
 		case <-c.closed:
@@ -470,38 +622,63 @@ func (c *Client) reconnectLoop() {
 		case <-c.kick:
 		case <-timer.C:
 		}
-		missing, failed := 0, false
+		now := time.Now()
+		// Clear out dead connections, noting whether they lived long.
+		young, old := false, false
 		for i := range c.slots {
-			if cn := c.slots[i].Load(); cn != nil && !cn.dead.Load() {
+			cn := c.slots[i].Load()
+			if cn == nil || !cn.dead.Load() {
 				continue
 			}
-			missing++
+			if c.slots[i].CompareAndSwap(cn, nil) {
+				replacing[i] = true
+				if cn.lifetime() < youngDeath {
+					young = true
+				} else {
+					old = true
+				}
+			}
+		}
+		if young {
+			wait(now) // as good as a failed dial
+			continue
+		}
+		if old {
+			backoff, notBefore = c.opts.ReconnectMin, time.Time{}
+		}
+		if now.Before(notBefore) {
+			timer.Reset(notBefore.Sub(now))
+			continue
+		}
+		failed := false
+		for i := range c.slots {
+			if c.slots[i].Load() != nil {
+				continue
+			}
 			cn, err := dial(c, c.opts)
 			if err != nil {
+				c.unreachable(err)
 				failed = true
 				break
 			}
+			c.slots[i].Store(cn)
 			select {
 			case <-c.closed:
-				cn.fail(ErrClosed)
+				if c.slots[i].CompareAndSwap(cn, nil) {
+					cn.fail(ErrClosed)
+				}
 				return
 			default:
 			}
-			if old := c.slots[i].Swap(cn); old != nil {
+			if replacing[i] {
 				c.reconnects.Add(1) // replaces a connection that died
+				replacing[i] = false
 			}
 			c.up.Store(true)
+			c.reachable()
 		}
-		if !failed {
-			backoff = c.opts.ReconnectMin
-			if missing > 0 {
-				timer.Reset(0) // re-check: a connection may have died meanwhile
-			}
-			continue
+		if failed {
+			wait(time.Now())
 		}
-		// Full jitter over [backoff/2, backoff): reconnecting clients spread out.
-		wait := backoff/2 + time.Duration(c.opts.Jitter()*float64(backoff/2))
-		timer.Reset(wait)
-		backoff = min(2*backoff, c.opts.ReconnectMax)
 	}
 }

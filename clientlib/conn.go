@@ -48,6 +48,8 @@ type conn struct {
 	nc      net.Conn
 	br      *bufio.Reader
 	welcome ipc.Welcome
+	born    time.Time    // when the handshake completed
+	life    atomic.Int64 // how long it lived, set when it dies
 	dead    atomic.Bool
 	deadCh  chan struct{}
 	nextID  atomic.Uint64
@@ -60,27 +62,42 @@ type conn struct {
 	spare    []byte
 	flushing bool
 
+	rInt, wInt interrupter // wake the token holder's read, the flusher's write
+
 	readToken  chan struct{} // holds a token while nobody reads
 	readerWake chan struct{}
 	rep        ipc.Reply // decode space; used only by the token holder
 }
 
-// dial connects and completes the handshake within opts.DialTimeout.
+// maxQueued bounds the bytes callers may queue behind a write that cannot
+// finish (a daemon that stopped reading): beyond it calls fail at once.
+const maxQueued = 1 << 20
+
+// errNotReading fails calls made while maxQueued bytes wait to be written.
+var errNotReading = fmt.Errorf("%w: the daemon is not reading its socket (%d bytes queued)", ErrDaemonDown, maxQueued)
+
+// dial connects, checks who serves the socket, and completes the handshake
+// within opts.DialTimeout. Its errors are *ReachError.
 func dial(c *Client, opts Options) (*conn, error) {
 	nc, err := net.DialTimeout("unix", opts.SocketPath, opts.DialTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrDaemonDown, err)
+		return nil, explainDial(opts.SocketPath, c.pathWhy, err)
+	}
+	// Nothing, not even HELLO, goes to a process that is not the daemon.
+	if _, err := verifyDaemon(nc, opts.SocketPath, opts.DaemonUIDs); err != nil {
+		nc.Close()
+		return nil, err
 	}
 	nc.SetDeadline(time.Now().Add(opts.DialTimeout))
 	br := bufio.NewReaderSize(nc, readBufSize)
 	if _, err := nc.Write(ipc.AppendHello(nil, ipc.Hello{Version: ipc.ProtocolVersion, Client: opts.Name})); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("%w: handshake: %w", ErrDaemonDown, err)
+		return nil, explainHandshake(opts.SocketPath, opts.DialTimeout.String(), err)
 	}
 	body, err := ipc.ReadFrame(br, nil, readBufSize)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("%w: handshake: %w", ErrDaemonDown, err)
+		return nil, explainHandshake(opts.SocketPath, opts.DialTimeout.String(), err)
 	}
 	w, err := ipc.DecodeWelcome(body)
 	if err != nil {
@@ -88,11 +105,12 @@ func dial(c *Client, opts Options) (*conn, error) {
 			err = e
 		}
 		nc.Close()
-		return nil, fmt.Errorf("%w: handshake: %w", ErrProtocol, err)
+		return nil, explainHandshake(opts.SocketPath, opts.DialTimeout.String(), err)
 	}
 	nc.SetDeadline(time.Time{})
 	cn := &conn{
 		client: c, nc: nc, br: br, welcome: w,
+		born:       time.Now(),
 		deadCh:     make(chan struct{}),
 		pending:    map[uint64]*call{},
 		wbuf:       make([]byte, 0, 4096),
@@ -100,19 +118,26 @@ func dial(c *Client, opts Options) (*conn, error) {
 		readToken:  make(chan struct{}, 1),
 		readerWake: make(chan struct{}, 1),
 	}
+	cn.rInt.set, cn.wInt.set = nc.SetReadDeadline, nc.SetWriteDeadline
 	cn.readToken <- struct{}{}
 	c.wg.Add(1)
 	go cn.backgroundReader()
 	return cn, nil
 }
 
-// send registers cl and writes its CHECK.
-func (cn *conn) send(cl *call, checks []Check, timeout time.Duration) error {
+// lifetime is how long a dead connection lived.
+func (cn *conn) lifetime() time.Duration { return time.Duration(cn.life.Load()) }
+
+// send registers cl and writes its CHECK. A request the daemon would refuse
+// whole (more checks than max_batch, a frame above max_frame) is refused
+// here as ErrInvalid before anything is queued: it would otherwise close
+// the connection under every caller sharing it.
+func (cn *conn) send(ctx context.Context, cl *call, checks []Check, deadline time.Time) error {
 	if len(checks) > int(cn.welcome.MaxBatch) {
 		return fmt.Errorf("%w: %d checks, daemon accepts at most %d", ErrInvalid, len(checks), cn.welcome.MaxBatch)
 	}
 	maxKey := int(cn.welcome.MaxKeyLen)
-	return cn.write(cl, timeout, func(b []byte, id uint64) []byte {
+	return cn.write(ctx, cl, deadline, checksSize(checks, maxKey), func(b []byte, id uint64) []byte {
 		b, start := ipc.BeginRequest(b, id, len(checks))
 		for _, ch := range checks {
 			key := ch.Key
@@ -125,12 +150,18 @@ func (cn *conn) send(cl *call, checks []Check, timeout time.Duration) error {
 	})
 }
 
-// write registers cl under a fresh id and writes the frame appendFrame
-// appends. Concurrent writers append to one buffer; whoever finds no write in
-// progress writes everything buffered, so requests from many callers leave
-// in few system calls.
-func (cn *conn) write(cl *call, timeout time.Duration, appendFrame func(b []byte, id uint64) []byte) error {
+// write registers cl under a fresh id and queues the frame appendFrame
+// appends; size is the frame body's length without the id. Concurrent
+// writers append to one buffer; whoever finds no write in progress writes
+// everything buffered, so requests from many callers leave in few system
+// calls. The writer gives up at deadline or when ctx ends, handing what is
+// left to a background flush, and returns nil: its await then reports the
+// timeout (or the reply, if it came anyway).
+func (cn *conn) write(ctx context.Context, cl *call, deadline time.Time, size int, appendFrame func(b []byte, id uint64) []byte) error {
 	id := cn.nextID.Add(1)
+	if body := size + uintSize(id); cn.welcome.MaxFrame > 0 && uint64(body) > cn.welcome.MaxFrame {
+		return fmt.Errorf("%w: request of %d bytes, daemon accepts frames of at most %d", ErrInvalid, body, cn.welcome.MaxFrame)
+	}
 	cl.id, cl.err = id, nil
 	cn.mu.Lock()
 	if cn.dead.Load() {
@@ -141,6 +172,11 @@ func (cn *conn) write(cl *call, timeout time.Duration, appendFrame func(b []byte
 	cn.mu.Unlock()
 
 	cn.wmu.Lock()
+	if cn.flushing && len(cn.wbuf) >= maxQueued {
+		cn.wmu.Unlock()
+		cn.withdraw(cl)
+		return errNotReading
+	}
 	if cn.welcome.Version >= 2 {
 		cn.wbuf = cn.client.appendReport(cn.wbuf)
 	}
@@ -154,36 +190,119 @@ func (cn *conn) write(cl *call, timeout time.Duration, appendFrame func(b []byte
 		out := cn.wbuf
 		cn.wbuf = cn.spare[:0]
 		cn.wmu.Unlock()
-		cn.nc.SetWriteDeadline(time.Now().Add(max(timeout, 10*time.Millisecond)))
-		_, err := cn.nc.Write(out)
-		cn.wmu.Lock()
-		cn.spare = out[:0]
-		if err != nil {
+		n, err := cn.writeBy(ctx, cl, out, deadline)
+		if errors.Is(err, ErrDaemonDown) { // the write failed, not the caller's time
+			cn.wmu.Lock()
 			cn.flushing = false
 			cn.wmu.Unlock()
 			// A partial frame may be on the wire: the connection is unusable.
-			cn.fail(fmt.Errorf("%w: write: %w", ErrDaemonDown, err))
-			if !cn.abandon(cl) {
-				<-cl.done // fail claimed it; consume the signal so the call can be reused
-			}
-			return ErrDaemonDown
+			cn.fail(err)
+			cn.withdraw(cl)
+			return err
 		}
+		if err != nil {
+			// This caller must go; what it took to write (perhaps half a
+			// frame) must still go out, or the stream is corrupt.
+			cn.client.wg.Add(1)
+			go cn.finishFlush(out, n)
+			return nil
+		}
+		cn.wmu.Lock()
+		cn.spare = out[:0]
 	}
 	cn.flushing = false
 	cn.wmu.Unlock()
 	return nil
 }
 
+// withdraw takes back a call that was registered but not sent.
+func (cn *conn) withdraw(cl *call) {
+	if !cn.abandon(cl) {
+		<-cl.done // fail claimed it; consume the signal so the call can be reused
+	}
+}
+
+// writeBy writes b until done, deadline, or ctx's end, whichever is first.
+// While ctx can end, the first wait is cut to pollEvery; a write still
+// blocked after it (the daemon's socket buffer is full) arms the write
+// interrupter, so that cancelling ctx ends it at once. It returns the bytes
+// written, and ErrTimeout, ctx's error, or the write's failure.
+func (cn *conn) writeBy(ctx context.Context, cl *call, b []byte, deadline time.Time) (int, error) {
+	cancellable := ctx.Done() != nil
+	defer cn.wInt.disarm()
+	written := 0
+	for {
+		now := time.Now()
+		if !now.Before(deadline) {
+			return written, ErrTimeout
+		}
+		d := deadline
+		if p := now.Add(pollEvery); cancellable && !cn.wInt.armed() && p.Before(d) {
+			d = p
+		}
+		cn.nc.SetWriteDeadline(d)
+		// After setting the deadline: an interruption that came before it is seen here.
+		if err := ctx.Err(); err != nil {
+			return written, err
+		}
+		n, err := cn.nc.Write(b[written:])
+		written += n
+		if err == nil {
+			return written, nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return written, fmt.Errorf("%w: write: %w", ErrDaemonDown, err)
+		}
+		if cancellable && !cn.wInt.armed() {
+			cn.wInt.arm(ctx, cl)
+		}
+	}
+}
+
+// writeStall is how long a background flush waits for the daemon to read
+// before it declares the connection dead.
+func (cn *conn) writeStall() time.Duration {
+	return max(cn.client.opts.Timeout, cn.client.opts.DialTimeout, time.Second)
+}
+
+// finishFlush writes out[n:] and then whatever callers queued meanwhile,
+// for a writer that had to return; the connection fails if the daemon does
+// not take the bytes within writeStall.
+func (cn *conn) finishFlush(out []byte, n int) {
+	defer cn.client.wg.Done()
+	stall := cn.writeStall()
+	for {
+		cn.nc.SetWriteDeadline(time.Now().Add(stall))
+		if _, err := cn.nc.Write(out[n:]); err != nil {
+			cn.wmu.Lock()
+			cn.flushing = false
+			cn.wmu.Unlock()
+			cn.fail(fmt.Errorf("%w: write: the daemon did not read its socket within %s: %w", ErrDaemonDown, stall, err))
+			return
+		}
+		cn.wmu.Lock()
+		cn.spare = out[:0]
+		if len(cn.wbuf) == 0 {
+			cn.flushing = false
+			cn.wmu.Unlock()
+			return
+		}
+		out, n = cn.wbuf, 0
+		cn.wbuf = cn.spare[:0]
+		cn.wmu.Unlock()
+	}
+}
+
 // await waits for cl's reply, reading it itself if nobody else is reading.
 // It returns ErrTimeout or ctx's error if the reply does not come in time;
 // otherwise the reply (or a connection failure) is in cl.
-func (cn *conn) await(ctx context.Context, cl *call, timeout time.Duration) error {
+func (cn *conn) await(ctx context.Context, cl *call, deadline time.Time) error {
 	select {
 	case <-cn.readToken:
-		return cn.readUntilDone(ctx, cl, timeout)
+		return cn.readUntilDone(ctx, cl, deadline)
 	default:
 	}
-	cl.timer.Reset(timeout)
+	cl.timer.Reset(time.Until(deadline))
 	var err error
 	select {
 	case <-cl.done:
@@ -199,28 +318,30 @@ func (cn *conn) await(ctx context.Context, cl *call, timeout time.Duration) erro
 	return cn.settle(cl, err)
 }
 
+// pollEvery bounds the first wait of a read or write for a caller whose
+// context can end; a longer wait arms an interrupter (see interrupter).
+const pollEvery = 500 * time.Microsecond
+
 // readUntilDone reads frames as the token holder until cl is answered or its
-// deadline passes. A cancellable context is polled every millisecond while
-// the read waits, so cancellation is noticed within a millisecond.
-func (cn *conn) readUntilDone(ctx context.Context, cl *call, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	const pollEvery = time.Millisecond
+// deadline passes. While ctx can end, the first wait is cut to pollEvery;
+// a read still waiting after it arms the read interrupter, so that
+// cancelling ctx ends the wait at once.
+func (cn *conn) readUntilDone(ctx context.Context, cl *call, deadline time.Time) error {
 	cancellable := ctx.Done() != nil
-	nextRead := func(now time.Time) time.Time {
-		if p := now.Add(pollEvery); cancellable && p.Before(deadline) {
-			return p
-		}
-		return deadline
+	first := deadline
+	if p := time.Now().Add(pollEvery); cancellable && p.Before(deadline) {
+		first = p
 	}
-	cn.nc.SetReadDeadline(nextRead(time.Now()))
-	var err error
+	cn.nc.SetReadDeadline(first)
+	// A caller whose time ran out while it wrote does not read at all.
+	err := ctx.Err()
+	if err == nil && !time.Now().Before(deadline) {
+		err = ErrTimeout
+	}
 	// The reply may already have been handed over by whoever held the token
 	// before: look before reading, or this read could wait for a frame that
 	// never comes.
-	for len(cl.done) == 0 {
+	for err == nil && len(cl.done) == 0 {
 		rerr := cn.readOne()
 		if rerr == nil {
 			continue
@@ -231,13 +352,20 @@ func (cn *conn) readUntilDone(ctx context.Context, cl *call, timeout time.Durati
 		if err = ctx.Err(); err != nil {
 			break
 		}
-		now := time.Now()
-		if !now.Before(deadline) {
+		if !time.Now().Before(deadline) {
 			err = ErrTimeout
 			break
 		}
-		cn.nc.SetReadDeadline(nextRead(now))
+		if cancellable && !cn.rInt.armed() {
+			cn.rInt.arm(ctx, cl)
+		}
+		cn.nc.SetReadDeadline(deadline)
+		// After setting the deadline: an interruption that came before it is seen here.
+		if err = ctx.Err(); err != nil {
+			break
+		}
 	}
+	cn.rInt.disarm()
 	cn.releaseToken()
 	return cn.settle(cl, err)
 }
@@ -401,6 +529,10 @@ func (cn *conn) claim(id uint64) *call {
 
 // fail marks the connection dead, closes it and fails every pending call.
 func (cn *conn) fail(err error) {
+	if cn.dead.Load() {
+		return
+	}
+	cn.life.Store(int64(time.Since(cn.born)))
 	if cn.dead.Swap(true) {
 		return
 	}
@@ -415,6 +547,6 @@ func (cn *conn) fail(err error) {
 		cl.done <- struct{}{}
 	}
 	if !errors.Is(err, ErrClosed) {
-		cn.client.connLost()
+		cn.client.connLost(err)
 	}
 }

@@ -22,10 +22,11 @@ const (
 	CauseClosed                  // the client was closed
 	CauseCanceled                // the caller's context ended first
 	CauseInternal                // the daemon could not decide (ERROR CodeInternal, or anything else)
+	CauseUntrusted               // the socket's server is not a trusted daemon (see Options.DaemonUIDs)
 	numCauses
 )
 
-var causeNames = [numCauses]string{"daemon_down", "timeout", "protocol", "closed", "canceled", "internal"}
+var causeNames = [numCauses]string{"daemon_down", "timeout", "protocol", "closed", "canceled", "internal", "untrusted_daemon"}
 
 func (c Cause) String() string {
 	if c < numCauses {
@@ -37,6 +38,8 @@ func (c Cause) String() string {
 // CauseOf classifies the error of an undecided call.
 func CauseOf(err error) Cause {
 	switch {
+	case errors.Is(err, ErrUntrustedDaemon):
+		return CauseUntrusted
 	case errors.Is(err, ErrTimeout):
 		return CauseTimeout
 	case errors.Is(err, ErrClosed):

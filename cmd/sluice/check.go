@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -37,7 +38,21 @@ func daemonFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "socket", Value: ipc.DefaultSocketPath(), EnvVars: []string{"SLUICE_SOCKET"}, Usage: "the daemon's Unix socket"},
 		&cli.DurationFlag{Name: "timeout", Value: 2 * time.Second, Usage: "how long to wait for the daemon"},
+		&cli.StringFlag{Name: "daemon-uids", EnvVars: []string{clientlib.DaemonUIDsEnv}, Usage: "uids the daemon may run as, comma-separated; a socket served by another user is refused (default: root and your own uid)"},
 	}
+}
+
+// daemonUIDs returns --daemon-uids, or nil for clientlib's default.
+func daemonUIDs(c *cli.Context) ([]uint32, error) {
+	s := c.String("daemon-uids")
+	if s == "" {
+		return nil, nil
+	}
+	uids, err := clientlib.ParseUIDs(s)
+	if err != nil {
+		return nil, fmt.Errorf("--daemon-uids: %w", err)
+	}
+	return uids, nil
 }
 
 // checkOutput is what --json prints.
@@ -62,7 +77,12 @@ func check(c *cli.Context) int {
 	defer cancel()
 	// Fail closed: an operator asking by hand wants to hear that the daemon is
 	// unreachable, not a made-up yes.
-	cl, err := clientlib.Dial(ctx, clientlib.Options{SocketPath: c.String("socket"), Timeout: timeout, FailClosed: true, Conns: 1, Name: "sluice-cli"})
+	uids, err := daemonUIDs(c)
+	if err != nil {
+		return report(c, checkOutput{Status: "error", Error: err.Error()}, exitError)
+	}
+	cl, err := clientlib.Dial(ctx, clientlib.Options{SocketPath: c.String("socket"), Timeout: timeout, FailClosed: true, Conns: 1, Name: "sluice-cli",
+		DaemonUIDs: uids, Log: func(string, ...any) {}})
 	if err != nil {
 		return report(c, checkOutput{Status: "error", Error: err.Error()}, exitError)
 	}
@@ -104,6 +124,9 @@ func report(c *cli.Context, out checkOutput, code int) int {
 		fmt.Fprintf(w, "throttled (%s): limit %d, retry after %s\n", out.Status, out.Limit, ms(out.RetryAfterMs))
 	default:
 		fmt.Fprintf(w, "error: %s\n", out.Error)
+		if strings.Contains(out.Error, "cannot reach sluiced") {
+			fmt.Fprintln(w, "(sluice doctor explains how this process reaches the socket)")
+		}
 	}
 	return code
 }

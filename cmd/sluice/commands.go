@@ -19,6 +19,7 @@ import (
 func commands() []*cli.Command {
 	return []*cli.Command{
 		checkCommand(),
+		doctorCommand(),
 		adminCommand(&cli.Command{
 			Name:  "members",
 			Usage: "list the cluster's members and flag rules drift: exit 0, 3 on drift, 2 error",

@@ -1,13 +1,15 @@
 // Command sluice is the operator's CLI for a local sluiced daemon.
 //
 //	sluice check   [--cost N] [--json] [--socket PATH] RULE KEY
+//	sluice doctor  [--socket PATH] [--daemon-uids UIDS]
 //	sluice members [--json] [--admin URL]
 //	sluice rules   [--json] [--admin URL]
 //	sluice inspect [--json] [--admin URL] RULE KEY
 //	sluice reload  [--json] [--admin URL]
 //	sluice watch   [--json] [--admin URL] [--interval D] [--count N] RULE KEY
 //
-// check asks for a decision over the daemon's Unix socket; the others talk to
+// check asks for a decision over the daemon's Unix socket; doctor explains
+// whether and how this process reaches that socket; the others talk to
 // its admin HTTP endpoint (--admin, default http://127.0.0.1:9464 or
 // $SLUICE_ADMIN; "host:port" without a scheme is accepted). Flags go before
 // the arguments. Exit codes are shared by every command:

@@ -1,0 +1,17 @@
+//go:build unix
+
+package clientlib
+
+import (
+	"io/fs"
+	"syscall"
+)
+
+// fileOwner returns a file's owner and group.
+func fileOwner(fi fs.FileInfo) (uid, gid uint32, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return st.Uid, st.Gid, true
+}
