@@ -177,15 +177,22 @@ func TestClientBacksOffFromDaemonThatMisbehavesAfterHandshake(t *testing.T) {
 			defer func() { l.Close(); wg.Wait() }()
 			c := clientlib.New(clientlib.Options{SocketPath: sock, Timeout: 50 * time.Millisecond, Log: clientQuiet})
 			defer c.Close()
-			// Load from 4 callers for the whole window, as a busy service would.
+			// Load from 4 callers, as a busy service would, until the fake
+			// daemon has seen 10 connections. Without backoff that takes a
+			// few milliseconds (12,264 connections in 2 s were measured
+			// before the fix); with jittered doubling from 10 ms, the eight
+			// or so waits between them add up to well over 300 ms (about
+			// 2.4 s measured).
+			start := time.Now()
 			stop := loadCallers(c, 4, nil)
-			window := 2 * time.Second
-			time.Sleep(window) // the measurement window itself, not a wait for an outcome
-			n := accepts.Load()
+			const want = 10
+			eventually(t, fmt.Sprintf("%d connections", want), func() bool { return accepts.Load() >= want })
+			took := time.Since(start)
 			stop()
-			t.Logf("%s: %d connections in %s (%.1f/s); client %+v", tt.name, n, window, float64(n)/window.Seconds(), c.Stats())
-			if n > 60 {
-				t.Fatalf("%d connections in %s: the backoff does not hold", n, window)
+			n := accepts.Load()
+			t.Logf("%s: %d connections in %s (%.1f/s); client %+v", tt.name, n, took.Round(time.Millisecond), float64(n)/took.Seconds(), c.Stats())
+			if took < 300*time.Millisecond {
+				t.Fatalf("%d connections in %s: the backoff does not hold", n, took)
 			}
 			if c.Stats().Decisions != 0 {
 				t.Fatalf("decisions from a daemon that never answers: %+v", c.Stats())
