@@ -48,11 +48,15 @@ func proxyCommand() *cli.Command {
 func runProxy(c *cli.Context) error {
 	log := hclog.New(&hclog.LoggerOptions{Name: "sluiced-proxy", Level: hclog.LevelFromString(c.String("log-level")), Output: os.Stderr})
 	sock, failClosed := c.String("socket"), c.Bool("fail-closed")
-	client := clientlib.New(clientlib.Options{SocketPath: sock, Timeout: c.Duration("decision-timeout"), FailClosed: failClosed, Name: "sluiced-proxy"})
+	// The decision client logs its own fail-opens (naming its socket and why
+	// it cannot reach it); the middleware's events only count them.
+	client := clientlib.New(clientlib.Options{SocketPath: sock, Timeout: c.Duration("decision-timeout"), FailClosed: failClosed, Name: "sluiced-proxy",
+		Log: log.Warn, LogInterval: c.Duration("log-interval")})
 	defer client.Close()
 	// Checking routes against the rules takes a few INSPECTs, which may
 	// take longer than a decision is allowed to: their own connection.
-	rulesClient := clientlib.New(clientlib.Options{SocketPath: sock, Timeout: 2 * time.Second, Conns: 1, Name: "sluiced-proxy-routes"})
+	rulesClient := clientlib.New(clientlib.Options{SocketPath: sock, Timeout: 2 * time.Second, Conns: 1, Name: "sluiced-proxy-routes",
+		Log: func(string, ...any) {}}) // the decision client says it all once
 	defer rulesClient.Close()
 
 	deadline := time.Now().Add(c.Duration("connect-wait"))
@@ -68,6 +72,8 @@ func runProxy(c *cli.Context) error {
 		log.Warn("daemon not reachable; "+what+" until it is, and the routes are checked against its rules once it is", "socket", sock)
 	}
 	events := httplimit.NewEvents(log.Warn, c.Duration("log-interval"), nil)
+	events.FailOpen = clientlib.NewFailOpenLog(nil, c.Duration("log-interval"), false, nil)  // logged by the client
+	events.FailClosed = clientlib.NewFailOpenLog(nil, c.Duration("log-interval"), true, nil) // likewise
 	p, err := startProxy(proxyConfig{
 		listen: c.String("listen"), upstream: c.String("upstream"), routesPath: c.String("routes"),
 		lim: client, log: log, events: events, check: inspectCheck(rulesClient),
