@@ -59,8 +59,9 @@ func newResetState() resetState {
 type ResetResult struct {
 	// At is the reset's instant, in Unix nanoseconds.
 	At uint64
-	// Told is how many other members acknowledged it over TCP; Members is
-	// how many other members were alive to tell.
+	// Told is how many other members it was delivered to over TCP (each
+	// applies it on receipt); Members is how many other members were alive
+	// to tell.
 	Told, Members int
 	// Failed names the members that could not be told (they learn it when
 	// they rejoin; a member that stays up but unreachable keeps its debt).

@@ -19,7 +19,7 @@ func resetCommand() *cli.Command {
 		Description: "Refills KEY under every limit of RULE, on the daemon asked and on every alive member of its\n" +
 			"cluster (told over TCP; a member that is down or unreachable is told when it rejoins, within an\n" +
 			"hour). Consumption from before the reset is never charged again; consumption after it is.\n" +
-			"Exit 0 when every alive member acknowledged, 1 when some did not (named on stderr; the key is\n" +
+			"Exit 0 when it was delivered to every alive member, 1 when not (those are named on stderr; the key is\n" +
 			"reset on the others), 2 on error, including a rule the daemon does not have.",
 	}, reset)
 }

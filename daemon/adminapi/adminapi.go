@@ -152,9 +152,9 @@ type ResetView struct {
 	At   time.Time `json:"reset_at"`
 	// Clustered is false for a daemon outside a cluster (Peers, Told: 0).
 	Clustered bool `json:"clustered"`
-	// Peers is how many other members were alive; Told how many
-	// acknowledged the reset; Failed names the others, which learn of it
-	// when they rejoin.
+	// Peers is how many other members were alive; Told to how many the
+	// reset was delivered over TCP (each applies it on receipt); Failed
+	// names the others, which learn of it when they rejoin.
 	Peers  int      `json:"peers"`
 	Told   int      `json:"told"`
 	Failed []string `json:"failed"`
