@@ -9,10 +9,14 @@ import (
 )
 
 // cappedListener holds at most max connections open at once. A connection
-// beyond the cap is accepted, answered 503 in one small write and closed at
-// once, so a local user opening connections in a loop costs the daemon no
-// lasting file descriptor and sees a clear refusal, while the cap's
-// connections are reaped by the server's timeouts.
+// beyond the cap is accepted, and closed at once, or, while fewer than
+// maxShedding refusals are under way, answered 503 first: its request is
+// read for up to shedTimeout (so that the client, which has sent it, reads
+// the answer rather than a reset), then the refusal is written and the
+// connection closed. A local user opening connections in a loop thus holds
+// at most max + maxShedding of the daemon's descriptors, and an operator's
+// request at the cap fails at once with a reason, while the connections
+// holding the cap are reaped by the server's timeouts.
 //
 // golang.org/x/net/netutil.LimitListener caps connections too, but by not
 // accepting: the excess waits in the kernel's backlog, silent, behind the
@@ -20,9 +24,10 @@ import (
 // of failing with a reason.
 type cappedListener struct {
 	net.Listener
-	max  int64
-	open atomic.Int64
-	shed atomic.Uint64
+	max      int64
+	open     atomic.Int64
+	shedding atomic.Int64
+	shed     atomic.Uint64
 }
 
 // shedBody says why a connection beyond the cap is closed; shedReply is the
@@ -32,15 +37,18 @@ const shedBody = "sluiced admin endpoint: too many connections; retry later\n"
 var shedReply = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n" +
 	"Content-Length: " + strconv.Itoa(len(shedBody)) + "\r\n\r\n" + shedBody)
 
-// shedWriteTimeout bounds the refusal's write (one small write to a fresh
-// socket, which its send buffer takes whole).
-const shedWriteTimeout = 100 * time.Millisecond
+// Refusals at the cap: how many may be under way at once, and how long
+// each may wait for the request it answers.
+const (
+	maxShedding = 16
+	shedTimeout = 250 * time.Millisecond
+)
 
 func newCappedListener(l net.Listener, max int) *cappedListener {
 	return &cappedListener{Listener: l, max: int64(max)}
 }
 
-// Accept returns the next connection under the cap, shedding those beyond it.
+// Accept returns the next connection under the cap, refusing those beyond it.
 func (l *cappedListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -52,9 +60,19 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		}
 		l.open.Add(-1)
 		l.shed.Add(1)
-		c.SetWriteDeadline(time.Now().Add(shedWriteTimeout))
-		c.Write(shedReply)
-		c.Close()
+		if l.shedding.Add(1) > maxShedding {
+			l.shedding.Add(-1)
+			c.Close()
+			continue
+		}
+		go func() {
+			defer l.shedding.Add(-1)
+			var buf [2048]byte
+			c.SetDeadline(time.Now().Add(shedTimeout))
+			c.Read(buf[:]) // the request, or nothing by the deadline
+			c.Write(shedReply)
+			c.Close()
+		}()
 	}
 }
 
