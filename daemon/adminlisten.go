@@ -68,8 +68,9 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		go func() {
 			defer l.shedding.Add(-1)
 			var buf [2048]byte
-			c.SetDeadline(time.Now().Add(shedTimeout))
+			c.SetReadDeadline(time.Now().Add(shedTimeout))
 			c.Read(buf[:]) // the request, or nothing by the deadline
+			c.SetWriteDeadline(time.Now().Add(shedTimeout))
 			c.Write(shedReply)
 			c.Close()
 		}()
