@@ -1,11 +1,13 @@
 package bucket
 
-// Reset forgets the bucket of (ns, key), so the key is full again, as a key
-// never seen is, and reports whether the store held one. What the bucket had
-// admitted but not yet drained is forgiven, not reported: DrainDirty will
-// not hand it to gossip. The next request for the key creates a new bucket,
-// with a new epoch.
-func (s *Store) Reset(ns Namespace, key []byte) bool {
+// Reset forgets the bucket of (ns, key) if its epoch is at most maxEpoch
+// (math.MaxUint64: whatever its epoch; a store that does not track
+// consumption has no epochs and always forgets it), so the key is full
+// again, as a key never seen is. It reports whether it forgot one. What the
+// bucket had admitted but not yet drained is forgiven, not reported:
+// DrainDirty will not hand it to gossip. The next request for the key
+// creates a new bucket, with a new epoch.
+func (s *Store) Reset(ns Namespace, key []byte, maxEpoch uint64) bool {
 	if s.validateKey(key) != nil {
 		return false
 	}
@@ -13,7 +15,7 @@ func (s *Store) Reset(ns Namespace, key []byte) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.get(h, ns, key)
-	if e == nil {
+	if e == nil || (e.t != nil && e.t.epoch > maxEpoch) {
 		return false
 	}
 	if e.t != nil {

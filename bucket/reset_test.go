@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -18,7 +19,10 @@ func TestResetRefillsAndForgivesUndrainedConsumption(t *testing.T) {
 		}
 	}
 	before, _ := s.Local(1, []byte("k"))
-	if !s.Reset(1, []byte("k")) || s.Reset(1, []byte("k")) || s.Reset(1, []byte("absent")) {
+	if s.Reset(1, []byte("k"), 100) { // the bucket's epoch is 101
+		t.Fatal("Reset cleared a bucket newer than its bound")
+	}
+	if !s.Reset(1, []byte("k"), math.MaxUint64) || s.Reset(1, []byte("k"), math.MaxUint64) || s.Reset(1, []byte("absent"), math.MaxUint64) {
 		t.Fatal("Reset reports holding a bucket wrongly")
 	}
 	if b, held := s.Balance(1, []byte("k"), lim, now); b != 4 || held {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluicelabs/sluice/daemon/adminapi"
@@ -19,13 +20,17 @@ var _ gossip.ResetLedger = ledger{}
 
 // Reset clears key under one limit of a rule (name as in limitName) and
 // raises the store's epochs above at (see gossip.ResetLedger).
-func (l ledger) Reset(limit, key string, at uint64) {
+func (l ledger) Reset(limit, key string, at uint64, olderOnly bool) {
 	l.d.store.RaiseEpochs(at)
 	ar, i, ok := l.d.rules.Load().resolve(limit)
 	if !ok {
 		return
 	}
-	l.d.store.Reset(ar.ns[i], []byte(key))
+	upTo := uint64(math.MaxUint64)
+	if olderOnly {
+		upTo = at
+	}
+	l.d.store.Reset(ar.ns[i], []byte(key), upTo)
 }
 
 // ResetKey clears key's consumption under every limit of rule, so the key
@@ -50,7 +55,7 @@ func (d *Daemon) ResetKey(rule, key string) (adminapi.ResetView, error) {
 	if d.syncer == nil {
 		at = uint64(time.Now().UnixNano())
 		for _, l := range limits {
-			ledger{d}.Reset(l, key, at)
+			ledger{d}.Reset(l, key, at, false)
 		}
 	} else {
 		res, err := d.syncer.Reset(limits, key)

@@ -17,8 +17,11 @@ type ResetLedger interface {
 	// Reset makes key full again under the limit named limit, forgetting
 	// what was consumed before, and makes every bucket the ledger creates
 	// from now on take an epoch above at, so that its counters are told
-	// apart from those the reset covers.
-	Reset(limit, key string, at uint64)
+	// apart from those the reset covers. With olderOnly, it clears the key's
+	// bucket only if the bucket's epoch is at most at: the reset is an old
+	// one, told again to a member that (re)joined, which must keep what it
+	// counted since in a bucket created after the reset (after a restart).
+	Reset(limit, key string, at uint64, olderOnly bool)
 }
 
 // ErrNoResetLedger is returned by Syncer.Reset when the syncer's ledger cannot
@@ -49,10 +52,13 @@ type resetState struct {
 	table  map[resetKey]resetRecord
 	latest uint64               // the highest instant of any reset seen
 	resend chan memberlist.Node // members to tell of the remembered resets
+	// owed are members a reset could not be delivered to; they are told
+	// again every ReconnectInterval while alive, until one delivery works.
+	owed map[string]memberlist.Node
 }
 
 func newResetState() resetState {
-	return resetState{table: map[resetKey]resetRecord{}, resend: make(chan memberlist.Node, 64)}
+	return resetState{table: map[resetKey]resetRecord{}, resend: make(chan memberlist.Node, 64), owed: map[string]memberlist.Node{}}
 }
 
 // ResetResult says how far a reset reached.
@@ -89,7 +95,7 @@ func (s *Syncer) Reset(limits []string, key string) (ResetResult, error) {
 		entries[i] = resetEntry{limit: l, key: key, at: at}
 	}
 	s.mu.Unlock()
-	s.applyResets(entries)
+	s.applyResets(entries, false)
 
 	s.mu.Lock()
 	peers := make([]memberlist.Node, 0, len(s.peers))
@@ -99,7 +105,7 @@ func (s *Syncer) Reset(limits []string, key string) (ResetResult, error) {
 		}
 	}
 	s.mu.Unlock()
-	msg := encodeResets(s.self, entries)
+	msg := encodeResets(s.self, entries, false)
 	res := ResetResult{At: at, Members: len(peers)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -113,8 +119,9 @@ func (s *Syncer) Reset(limits []string, key string) (ResetResult, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				s.log.Warn("could not tell a member of a reset; it will be told when it rejoins", "member", n.Name, "error", err)
+				s.log.Warn("could not tell a member of a reset; it will be told again while it is alive, or when it rejoins", "member", n.Name, "error", err)
 				res.Failed = append(res.Failed, n.Name)
+				s.oweResets(*n)
 				return
 			}
 			res.Told++
@@ -126,9 +133,10 @@ func (s *Syncer) Reset(limits []string, key string) (ResetResult, error) {
 
 // applyResets records resets and applies those newer than what is already
 // known for their (limit, key): pending counters of the key are dropped, the
-// ranges heard of it forgotten, and the ledger refills it. It returns how
-// many it applied.
-func (s *Syncer) applyResets(entries []resetEntry) int {
+// ranges heard of it forgotten, and the ledger refills it (with olderOnly,
+// only a bucket the reset covers; see ResetLedger). It returns how many it
+// applied.
+func (s *Syncer) applyResets(entries []resetEntry, olderOnly bool) int {
 	rl, ok := s.ledger.(ResetLedger)
 	if !ok {
 		return 0
@@ -160,7 +168,7 @@ func (s *Syncer) applyResets(entries []resetEntry) int {
 	}
 	s.mu.Unlock()
 	for _, e := range fresh {
-		rl.Reset(e.limit, e.key, e.at)
+		rl.Reset(e.limit, e.key, e.at, olderOnly)
 	}
 	s.stats.ResetsApplied.Add(uint64(len(fresh)))
 	return len(fresh)
@@ -191,7 +199,7 @@ func (s *Syncer) staleLocked(c Counter) bool {
 
 // receiveResets applies a reset message from a peer.
 func (s *Syncer) receiveResets(b []byte) {
-	sender, entries, err := decodeResets(b)
+	sender, entries, resend, err := decodeResets(b)
 	if err != nil {
 		s.stats.BadPackets.Add(1)
 		s.log.Warn("dropped a malformed reset message", "bytes", len(b), "error", err)
@@ -200,8 +208,8 @@ func (s *Syncer) receiveResets(b []byte) {
 	if sender == s.self {
 		return
 	}
-	if n := s.applyResets(entries); n > 0 {
-		s.log.Info("keys reset by a peer", "from", sender, "entries", n)
+	if n := s.applyResets(entries, resend); n > 0 {
+		s.log.Info("keys reset by a peer", "from", sender, "entries", n, "told_again", resend)
 	}
 }
 
@@ -229,6 +237,34 @@ func (s *Syncer) queueResend(n memberlist.Node) {
 	}
 }
 
+// oweResets remembers that n missed a reset (up to maxOrigins members).
+func (s *Syncer) oweResets(n memberlist.Node) {
+	s.mu.Lock()
+	if len(s.resets.owed) < maxOrigins {
+		s.resets.owed[n.Name] = n
+	}
+	s.mu.Unlock()
+}
+
+// retryOwed queues the members owed resets that are alive now for another
+// try; those gone are told when they rejoin.
+func (s *Syncer) retryOwed() {
+	s.mu.Lock()
+	var again []memberlist.Node
+	for name := range s.resets.owed {
+		if n, alive := s.peers[name]; alive {
+			again = append(again, n)
+		}
+	}
+	if len(s.resets.table) == 0 {
+		clear(s.resets.owed)
+	}
+	s.mu.Unlock()
+	for _, n := range again {
+		s.queueResend(n)
+	}
+}
+
 // resendLoop tells members that joined or rejoined of the resets remembered.
 func (s *Syncer) resendLoop() {
 	defer s.wg.Done()
@@ -251,11 +287,17 @@ func (s *Syncer) resendLoop() {
 				for ; i < len(entries) && size < resendBudget; i++ {
 					size += 32 + len(entries[i].limit) + len(entries[i].key)
 				}
-				if err := s.ml.SendReliable(&n, encodeResets(s.self, entries[:i])); err != nil {
+				if err := s.ml.SendReliable(&n, encodeResets(s.self, entries[:i], true)); err != nil {
 					s.log.Debug("could not tell a member of the resets", "member", n.Name, "error", err)
+					s.oweResets(n)
 					break
 				}
 				entries = entries[i:]
+			}
+			if len(entries) == 0 {
+				s.mu.Lock()
+				delete(s.resets.owed, n.Name)
+				s.mu.Unlock()
 			}
 		}
 	}

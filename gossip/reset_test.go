@@ -12,9 +12,11 @@ import (
 
 func TestResetMessageRoundTripsAndRejectsMalformed(t *testing.T) {
 	entries := []resetEntry{{"api", "alice", 7}, {"api#1", "alice", 7}}
-	sender, got, err := decodeResets(encodeResets("n1", entries))
-	if err != nil || sender != "n1" || len(got) != 2 || got[0] != entries[0] || got[1] != entries[1] {
-		t.Fatalf("round trip: %q %+v %v", sender, got, err)
+	for _, resend := range []bool{false, true} {
+		sender, got, gotResend, err := decodeResets(encodeResets("n1", entries, resend))
+		if err != nil || sender != "n1" || len(got) != 2 || got[0] != entries[0] || got[1] != entries[1] || gotResend != resend {
+			t.Fatalf("round trip (resend %v): %q %+v %v %v", resend, sender, got, gotResend, err)
+		}
 	}
 	entry := func(limit, key string, at uint64) []byte {
 		b := mp.AppendArrayHeader(nil, 3)
@@ -37,11 +39,12 @@ func TestResetMessageRoundTripsAndRejectsMalformed(t *testing.T) {
 		{"rule too long", entry(strings.Repeat("r", maxRuleLen+1), "k", 1), "limit of"},
 		{"truncated", entry("api", "k", 1)[:12], "reset message"},
 		{"trailing bytes", append(entry("api", "k", 1), 0), "reset message"},
+		{"resend false", mp.AppendBool(append(mp.AppendArrayHeader(nil, 4), entry("api", "k", 1)[1:]...), false), "resend sent false"},
 		{"lying count", mp.AppendArrayHeader(mp.AppendStr(mp.AppendUint(mp.AppendArrayHeader(nil, 3), msgReset), "n1"), 1<<30), "longer than frame"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, _, err := decodeResets(tt.b); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, _, _, err := decodeResets(tt.b); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error mentioning %q", err, tt.want)
 			}
 		})
@@ -51,7 +54,7 @@ func TestResetMessageRoundTripsAndRejectsMalformed(t *testing.T) {
 // An older peer's decoder refuses a reset message whole (wrong type), so it
 // applies none of it; this version ignores kinds newer than it knows.
 func TestResetKindIsRefusedByOlderDecodersAndUnknownKindsIgnored(t *testing.T) {
-	if _, err := decodeCounters(encodeResets("n1", []resetEntry{{"api", "k", 1}}), func(string, Counter) {
+	if _, err := decodeCounters(encodeResets("n1", []resetEntry{{"api", "k", 1}}, false), func(string, Counter) {
 		t.Fatal("an older decoder applied an entry of a reset message")
 	}); err == nil {
 		t.Fatal("the counters decoder accepted a reset message")
@@ -68,14 +71,16 @@ func TestResetKindIsRefusedByOlderDecodersAndUnknownKindsIgnored(t *testing.T) {
 // resetLedger is a memLedger that records resets.
 type resetLedger struct {
 	*memLedger
-	resets []resetEntry
+	resets    []resetEntry
+	olderOnly []bool
 }
 
 func newResetLedger() *resetLedger { return &resetLedger{memLedger: newMemLedger()} }
 
-func (l *resetLedger) Reset(limit, key string, at uint64) {
+func (l *resetLedger) Reset(limit, key string, at uint64, olderOnly bool) {
 	l.mu.Lock()
 	l.resets = append(l.resets, resetEntry{limit, key, at})
+	l.olderOnly = append(l.olderOnly, olderOnly)
 	l.mu.Unlock()
 }
 
@@ -111,7 +116,7 @@ func TestResetRefusesEarlierEpochsAndChargesLaterOnes(t *testing.T) {
 		t.Fatalf("charged %d before the reset, want 5", got)
 	}
 
-	if n := s.applyResets([]resetEntry{{"api", "k", 100}}); n != 1 || len(l.resets) != 1 {
+	if n := s.applyResets([]resetEntry{{"api", "k", 100}}, false); n != 1 || len(l.resets) != 1 {
 		t.Fatalf("applied %d resets, ledger saw %v", n, l.resets)
 	}
 	if _, ok := s.pending[pendingKey{counterKey{"peer", "api", "k"}, 0}]; ok {
@@ -135,19 +140,20 @@ func TestResetRefusesEarlierEpochsAndChargesLaterOnes(t *testing.T) {
 		t.Fatalf("charged %d, want 5 + 2 after the reset", got)
 	}
 	// An older reset, or the same one heard again, is not applied again.
-	if n := s.applyResets([]resetEntry{{"api", "k", 50}, {"api", "k", 100}}); n != 0 || len(l.resets) != 1 {
+	if n := s.applyResets([]resetEntry{{"api", "k", 50}, {"api", "k", 100}}, false); n != 0 || len(l.resets) != 1 {
 		t.Fatalf("applied %d stale resets", n)
 	}
-	// A newer one is.
-	if n := s.applyResets([]resetEntry{{"api", "k", 200}}); n != 1 {
-		t.Fatalf("a newer reset applied %d", n)
+	// A newer one is; told again on a rejoin, it clears only older buckets.
+	s.receive(encodeResets("peer", []resetEntry{{"api", "k", 200}}, true))
+	if len(l.resets) != 2 || l.resets[1].at != 200 || !l.olderOnly[1] || l.olderOnly[0] {
+		t.Fatalf("resets applied %v, older only %v", l.resets, l.olderOnly)
 	}
 }
 
 func TestResetTableIsBounded(t *testing.T) {
 	s := newBareSyncer(newResetLedger())
 	for i := range maxResets + 10 {
-		s.applyResets([]resetEntry{{"api", "k" + strconv.Itoa(i), uint64(i + 1)}})
+		s.applyResets([]resetEntry{{"api", "k" + strconv.Itoa(i), uint64(i + 1)}}, false)
 	}
 	if n := len(s.resets.table); n > maxResets {
 		t.Fatalf("reset table holds %d, cap %d", n, maxResets)

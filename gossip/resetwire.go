@@ -8,7 +8,12 @@ import (
 
 // The reset message, a third kind beside counters and push-pull states:
 //
-//	reset  [3, sender, [[limit, key, at], ...]]
+//	reset  [3, sender, [[limit, key, at], ...](, resend)]
+//
+// resend, a boolean, is present and true when the resets are old ones told
+// again to a member that joined or rejoined: it clears only buckets the
+// reset covers (epoch at or below at), keeping one created since (after a
+// restart). A live reset clears the key's bucket whatever its epoch.
 //
 // Each entry clears one key under one limit name (a rule's limit, as
 // counters name it); at is the reset's instant in Unix nanoseconds, and the
@@ -32,8 +37,12 @@ type resetEntry struct {
 	at         uint64
 }
 
-func encodeResets(sender string, entries []resetEntry) []byte {
-	b := mp.AppendArrayHeader(nil, 3)
+func encodeResets(sender string, entries []resetEntry, resend bool) []byte {
+	n := 3
+	if resend {
+		n = 4
+	}
+	b := mp.AppendArrayHeader(nil, n)
 	b = mp.AppendUint(b, msgReset)
 	b = mp.AppendStr(b, sender)
 	b = mp.AppendArrayHeader(b, len(entries))
@@ -43,49 +52,58 @@ func encodeResets(sender string, entries []resetEntry) []byte {
 		b = mp.AppendStr(b, e.key)
 		b = mp.AppendUint(b, e.at)
 	}
+	if resend {
+		b = mp.AppendBool(b, true)
+	}
 	return b
 }
 
 // decodeResets validates a whole reset message before returning any entry.
-func decodeResets(b []byte) (sender string, entries []resetEntry, err error) {
+func decodeResets(b []byte) (sender string, entries []resetEntry, resend bool, err error) {
 	d := mp.NewDecoder(b)
-	if n, err := d.ArrayLen(); err != nil || n != 3 {
-		return "", nil, fmt.Errorf("reset message: %w", orMalformed(err, &d, "want 3 fields"))
+	fields, err := d.ArrayLen()
+	if err != nil || (fields != 3 && fields != 4) {
+		return "", nil, false, fmt.Errorf("reset message: %w", orMalformed(err, &d, "want 3 or 4 fields"))
 	}
 	if t, err := d.Uint(); err != nil || t != msgReset {
-		return "", nil, fmt.Errorf("reset message: %w", orMalformed(err, &d, "wrong type"))
+		return "", nil, false, fmt.Errorf("reset message: %w", orMalformed(err, &d, "wrong type"))
 	}
 	if sender, err = str(&d, maxNameLen, "sender"); err != nil {
-		return "", nil, fmt.Errorf("reset message: %w", err)
+		return "", nil, false, fmt.Errorf("reset message: %w", err)
 	}
 	n, err := d.ArrayLen()
 	if err != nil || n > maxResetEntries {
-		return "", nil, fmt.Errorf("reset message: %w", orMalformed(err, &d, "too many entries"))
+		return "", nil, false, fmt.Errorf("reset message: %w", orMalformed(err, &d, "too many entries"))
 	}
 	entries = make([]resetEntry, 0, min(n, 64))
 	for range n {
 		if m, err := d.ArrayLen(); err != nil || m != 3 {
-			return "", nil, fmt.Errorf("reset message: %w", orMalformed(err, &d, "entry must have 3 fields"))
+			return "", nil, false, fmt.Errorf("reset message: %w", orMalformed(err, &d, "entry must have 3 fields"))
 		}
 		var e resetEntry
 		if e.limit, err = str(&d, maxRuleLen, "limit"); err != nil {
-			return "", nil, fmt.Errorf("reset message: %w", err)
+			return "", nil, false, fmt.Errorf("reset message: %w", err)
 		}
 		if e.key, err = str(&d, maxKeyLen, "key"); err != nil {
-			return "", nil, fmt.Errorf("reset message: %w", err)
+			return "", nil, false, fmt.Errorf("reset message: %w", err)
 		}
 		if e.at, err = d.Uint(); err != nil {
-			return "", nil, fmt.Errorf("reset message: %w", err)
+			return "", nil, false, fmt.Errorf("reset message: %w", err)
 		}
 		if e.limit == "" || e.key == "" || e.at == 0 {
-			return "", nil, fmt.Errorf("reset message: %w", d.Fail("empty limit or key, or instant 0"))
+			return "", nil, false, fmt.Errorf("reset message: %w", d.Fail("empty limit or key, or instant 0"))
 		}
 		entries = append(entries, e)
 	}
-	if err := d.End(); err != nil {
-		return "", nil, fmt.Errorf("reset message: %w", err)
+	if fields == 4 {
+		if resend, err = d.Bool(); err != nil || !resend {
+			return "", nil, false, fmt.Errorf("reset message: %w", orMalformed(err, &d, "resend sent false instead of omitted"))
+		}
 	}
-	return sender, entries, nil
+	if err := d.End(); err != nil {
+		return "", nil, false, fmt.Errorf("reset message: %w", err)
+	}
+	return sender, entries, resend, nil
 }
 
 // packetKind reads a message's kind (its array's first element) without

@@ -390,6 +390,7 @@ func (s *Syncer) every(interval time.Duration, fn func()) {
 // reconnect tries to rejoin members that went away: after a partition
 // heals, or a crashed node returns, the two sides find each other again.
 func (s *Syncer) reconnect() {
+	s.retryOwed()
 	s.mu.Lock()
 	addrs := make([]string, 0, len(s.failed))
 	for name, f := range s.failed {

@@ -99,3 +99,49 @@ func TestResetForgivesConsumptionNotYetGossiped(t *testing.T) {
 		t.Fatalf("balances %v, want 3 everywhere", b)
 	}
 }
+
+// A node cut off while the reset is made keeps its debt meanwhile, and its
+// balances and counters do not bring the debt back to the others; once the
+// partition heals it is told again and admits too.
+func TestResetReachesANodeCutOffWhenItWasMade(t *testing.T) {
+	clock := &FakeClock{}
+	c := start(t, Options{N: 3, Rules: fourPerSecond, Now: clock.Now, GossipInterval: 10 * time.Millisecond,
+		PushPullInterval: 200 * time.Millisecond})
+	for r := range 12 {
+		c.Allow(r%3, "four", "client-k", 1)
+	}
+	if err := c.WaitBalances("four", "client-k", 10*time.Second, func(_ int, b float64) bool { return b == -8 }); err != nil {
+		t.Fatal(err)
+	}
+	c.Partition([]int{0, 1}, []int{2})
+	v, err := c.Node(0).Daemon().ResetKey("four", "client-k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reset while node 2 is cut off: %d of %d peers told, failed %v", v.Told, v.Peers, v.Failed)
+	if err := c.WaitBalances("four", "client-k", 10*time.Second, func(i int, b float64) bool { return i == 2 || b == 4 }); err != nil {
+		t.Fatal(err)
+	}
+	if b := c.Balances("four", "client-k")[2]; b != -8 {
+		t.Fatalf("node 2, cut off, holds %v, want its debt -8", b)
+	}
+	c.Heal()
+	if err := c.WaitBalances("four", "client-k", 30*time.Second, func(_ int, b float64) bool { return b == 4 }); err != nil {
+		t.Fatal(err)
+	}
+	// Push-pull exchanges after the heal do not bring node 2's old debt back.
+	merged := func() uint64 {
+		var n uint64
+		for _, nd := range c.Nodes() {
+			n += nd.Daemon().Syncer().Stats().StatesMerged.Load()
+		}
+		return n
+	}
+	before := merged()
+	if err := poll(20*time.Second, func() bool { return merged() >= before+6 }, func() string { return "six push-pull exchanges" }); err != nil {
+		t.Fatal(err)
+	}
+	if b := c.Balances("four", "client-k"); b[0] != 4 || b[1] != 4 || b[2] != 4 {
+		t.Fatalf("balances after the heal and push-pull %v, want 4 everywhere", b)
+	}
+}
