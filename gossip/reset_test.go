@@ -1,6 +1,9 @@
 package gossip
 
 import (
+	"bytes"
+	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -158,4 +161,31 @@ func TestResetTableIsBounded(t *testing.T) {
 	if n := len(s.resets.table); n > maxResets {
 		t.Fatalf("reset table holds %d, cap %d", n, maxResets)
 	}
+}
+
+// Any bytes: decodeResets refuses them with ErrMalformed or returns entries
+// that re-encode to the same bytes.
+func FuzzDecodeResets(f *testing.F) {
+	f.Add(encodeResets("n1", []resetEntry{{"api", "alice", 7}, {"api#1", "alice", 7}}, false))
+	f.Add(encodeResets("n1", []resetEntry{{"api", "k", 1}}, true))
+	for _, b := range malformedPeerBytes {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sender, entries, resend, err := decodeResets(b)
+		if err != nil {
+			if !errors.Is(err, mp.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if again := encodeResets(sender, entries, resend); !bytes.Equal(again, b) {
+			// msgpack has several encodings of one value; ours is canonical,
+			// so a decoded message must at least decode again the same.
+			s2, e2, r2, err := decodeResets(again)
+			if err != nil || s2 != sender || r2 != resend || !slices.Equal(e2, entries) {
+				t.Fatalf("re-encoding changed the message: %v", err)
+			}
+		}
+	})
 }

@@ -83,6 +83,9 @@ func TestResetForgivesConsumptionNotYetGossiped(t *testing.T) {
 	if _, err := c.Node(0).Daemon().ResetKey("four", "client-k"); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.WaitBalances("four", "client-k", 10*time.Second, func(_ int, b float64) bool { return b == 4 }); err != nil {
+		t.Fatal(err) // every node has applied the reset
+	}
 	c.PauseGossip(false)
 	c.Allow(2, "four", "client-k", 1) // after the reset: charged everywhere
 	if err := c.WaitBalances("four", "client-k", 10*time.Second, func(_ int, b float64) bool { return b == 3 }); err != nil {
@@ -107,9 +110,11 @@ func TestResetReachesANodeCutOffWhenItWasMade(t *testing.T) {
 	clock := &FakeClock{}
 	c := start(t, Options{N: 3, Rules: fourPerSecond, Now: clock.Now, GossipInterval: 10 * time.Millisecond,
 		PushPullInterval: 200 * time.Millisecond})
+	c.PauseGossip(true) // all 12 admitted before any gossip: -8 everywhere after
 	for r := range 12 {
 		c.Allow(r%3, "four", "client-k", 1)
 	}
+	c.PauseGossip(false)
 	if err := c.WaitBalances("four", "client-k", 10*time.Second, func(_ int, b float64) bool { return b == -8 }); err != nil {
 		t.Fatal(err)
 	}
