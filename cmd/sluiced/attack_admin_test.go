@@ -444,8 +444,9 @@ func buildSluiceCLI(t *testing.T) string {
 	return sluiceCLI
 }
 
-// Two processes in a cluster hold a key in debt; `sluice reset` against one
-// clears it on both, and consumption after the reset is charged on both.
+// Two processes in a cluster hold a key spent (one node spent it, gossip
+// told the other); `sluice reset` against one clears it on both, and
+// consumption after the reset is charged on both.
 func TestResetReachesTheClusterThroughTheCLI(t *testing.T) {
 	cli := buildSluiceCLI(t)
 	dir := tempDir(t)
@@ -459,13 +460,14 @@ func TestResetReachesTheClusterThroughTheCLI(t *testing.T) {
 		adminJSON(t, a.admin, "/v1/members", &m)
 		return len(m.Members) == 2 && m.Members[0].State == "alive" && m.Members[1].State == "alive"
 	})
-	a.spend("r", "victim", 5)
-	b.spend("r", "victim", 5)
-	eventually(t, "both hold the key at -5", func() bool {
-		return near(a.balance(t, "r", "victim"), -5) && near(b.balance(t, "r", "victim"), -5)
+	if got := a.spend("r", "victim", 5); got != 5 {
+		t.Fatalf("a admitted %d of 5 on a fresh key", got)
+	}
+	eventually(t, "both hold the key spent", func() bool {
+		return near(a.balance(t, "r", "victim"), 0) && near(b.balance(t, "r", "victim"), 0)
 	})
 	if a.spend("r", "victim", 1)+b.spend("r", "victim", 1) != 0 {
-		t.Fatal("a key in debt was admitted")
+		t.Fatal("a spent key was admitted")
 	}
 
 	run := func(args ...string) (int, string, string) {
