@@ -43,6 +43,21 @@ type Settings struct {
 	AdminAddr string
 	// Pprof serves Go's profiles under /debug/pprof/ on the admin endpoint.
 	Pprof bool
+	// AdminAllowedHosts are further names (HOST or HOST:PORT) the admin
+	// endpoint answers to in the Host header, besides its bound address (and
+	// localhost when bound to loopback); any other Host is refused, so a web
+	// page cannot reach it by DNS rebinding. Default: none.
+	AdminAllowedHosts []string
+	// AdminShowKeys shows client keys raw in the admin endpoint's listings
+	// (/v1/top and the status page); by default they are redacted.
+	AdminShowKeys bool
+	// AdminMaxConns caps the admin endpoint's open connections; beyond it new
+	// ones are answered 503 and closed. Default 64.
+	AdminMaxConns int
+	// MetricsAddr, if set, also serves /metrics, /healthz and /readyz (and
+	// nothing else) there, for scraping from a network the admin API must
+	// not be reachable from. Default: empty, not served.
+	MetricsAddr string
 	// NoWatch turns off reloading the rules file when it changes (SIGHUP
 	// still reloads).
 	NoWatch bool
@@ -100,6 +115,7 @@ const (
 	DefaultRulesPollInterval             = 30 * time.Second
 	DefaultWriteTimeout                  = 5 * time.Second
 	DefaultShutdownTimeout               = 5 * time.Second
+	DefaultAdminMaxConns                 = 64
 )
 
 // noID is (uid_t)-1, which the kernel uses for "no id"; no process has it.
@@ -126,6 +142,7 @@ func DefaultSettings() Settings {
 		SweepInterval:     DefaultSweepInterval,
 		WriteTimeout:      DefaultWriteTimeout,
 		ShutdownTimeout:   DefaultShutdownTimeout,
+		AdminMaxConns:     DefaultAdminMaxConns,
 	}
 }
 
@@ -158,6 +175,10 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: max batch %d must be in [1, 1024]", s.MaxBatch)
 	case s.MaxConns < 1:
 		return fmt.Errorf("settings: max connections %d must be at least 1", s.MaxConns)
+	case s.AdminMaxConns < 1:
+		return fmt.Errorf("settings: admin max connections %d must be at least 1", s.AdminMaxConns)
+	case s.AdminAddr != "" && s.AdminAddr == s.MetricsAddr:
+		return fmt.Errorf("settings: admin and metrics addresses are both %s; give them different ports", s.AdminAddr)
 	case s.SweepInterval <= 0, s.WriteTimeout <= 0, s.ShutdownTimeout <= 0:
 		return fmt.Errorf("settings: sweep interval, write timeout and shutdown timeout must be positive")
 	}

@@ -28,6 +28,9 @@ func TestValidateSettings(t *testing.T) {
 		{"socket mode beyond 0777", func(s *Settings) { s.SocketMode = 0o1777 }, "socket mode"},
 		{"file and URL", func(s *Settings) { s.RulesPath, s.RulesURL = "r.yaml", "http://x" }, "exclusive"},
 		{"zero batch", func(s *Settings) { s.MaxBatch = 0 }, "max batch"},
+		{"zero admin conns", func(s *Settings) { s.AdminMaxConns = 0 }, "admin max connections"},
+		{"admin and metrics on one address", func(s *Settings) { s.AdminAddr, s.MetricsAddr = "127.0.0.1:9464", "127.0.0.1:9464" }, "different ports"},
+		{"admin and metrics apart", func(s *Settings) { s.AdminAddr, s.MetricsAddr = "127.0.0.1:9464", "0.0.0.0:9465" }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -164,17 +165,21 @@ func (c ruleCounters) count(status ipc.Status) {
 //	GET  /v1/rules             the rules in force
 //	GET  /v1/members           the cluster as this node sees it, rules drift flagged
 //	GET  /v1/keys/{rule}/{key} one key: balance, debt, per-origin counters
-//	GET  /v1/top?n=N           the N keys deepest into their burst
+//	GET  /v1/top?n=N           the N keys deepest into their burst (keys redacted
+//	                           unless Settings.AdminShowKeys)
 //	GET  /v1/stats             decisions so far, per rule and outcome
 //	POST /v1/reload            re-read the rules (file or URL) now
+//	DELETE /v1/keys/{rule}/{key} clear the key's debt, cluster-wide (see ResetKey)
 //	/debug/pprof/              Go profiles, only with Settings.Pprof
+//
+// Requests that change state (POST, DELETE) must carry the AdminHeader
+// header or a JSON body (see requireNonSimple). The handler does not check
+// the Host header: Run serves it behind a check for its bound address.
 func (d *Daemon) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", statusPage())
 	mux.Handle("GET /static/{file}", statusAssets())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", d.serveReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+	d.probes(mux)
 	mux.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.RulesView()) })
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.MembersView()) })
 	mux.HandleFunc("GET /v1/keys/{rule}/{key}", func(w http.ResponseWriter, r *http.Request) {
@@ -185,6 +190,7 @@ func (d *Daemon) AdminHandler() http.Handler {
 		}
 		writeJSON(w, kv)
 	})
+	mux.HandleFunc("DELETE /v1/keys/{rule}/{key}", d.serveReset)
 	mux.HandleFunc("GET /v1/top", func(w http.ResponseWriter, r *http.Request) {
 		n := 10
 		if q := r.URL.Query().Get("n"); q != "" {
@@ -195,7 +201,7 @@ func (d *Daemon) AdminHandler() http.Handler {
 			}
 			n = v
 		}
-		writeJSON(w, map[string]any{"keys": d.Busiest(n)})
+		writeJSON(w, map[string]any{"keys": d.busiestShown(n)})
 	})
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, d.StatsView()) })
 	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
@@ -215,7 +221,49 @@ func (d *Daemon) AdminHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	return requireNonSimple(mux)
+}
+
+// MetricsHandler serves what may be scraped from a wider network than the
+// admin API: /metrics, /healthz and /readyz, nothing else (no keys, no rules,
+// no mutation).
+func (d *Daemon) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	d.probes(mux)
 	return mux
+}
+
+// probes mounts /healthz, /readyz and /metrics.
+func (d *Daemon) probes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", d.serveReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+}
+
+// serveReset is DELETE /v1/keys/{rule}/{key}.
+func (d *Daemon) serveReset(w http.ResponseWriter, r *http.Request) {
+	v, err := d.ResetKey(r.PathValue("rule"), r.PathValue("key"))
+	switch {
+	case errors.Is(err, ErrUnknownRule):
+		writeJSONStatus(w, http.StatusNotFound, map[string]string{"error": "no such rule: " + r.PathValue("rule")})
+	case errors.Is(err, ErrBadKey):
+		writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	case err != nil:
+		writeJSONStatus(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	default:
+		writeJSON(w, v)
+	}
+}
+
+// busiestShown is Busiest with keys redacted unless Settings.AdminShowKeys.
+func (d *Daemon) busiestShown(n int) []adminapi.BusyKey {
+	top := d.Busiest(n)
+	if !d.settings.AdminShowKeys {
+		for i := range top {
+			top[i].Key, top[i].Redacted = redactKey(top[i].Key), true
+		}
+	}
+	return top
 }
 
 func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
@@ -374,9 +422,6 @@ func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }
-
-// adminReadTimeout bounds a scrape's request headers.
-const adminReadTimeout = 10 * time.Second
 
 func limitView(l bucket.Limit) adminapi.LimitView {
 	return adminapi.LimitView{Algorithm: l.Algorithm().String(), Limit: l.Count(), Period: l.Period().String(), Burst: l.Burst()}

@@ -132,8 +132,9 @@ func TestAdminOperatorViews(t *testing.T) {
 	if err := json.Unmarshal(get(t, h, "/v1/top?n=2").Body.Bytes(), &top); err != nil {
 		t.Fatal(err)
 	}
-	if len(top.Keys) != 2 || top.Keys[0].Key != "hot" || top.Keys[0].Used != 1 || top.Keys[1].Key != "warm" {
-		t.Errorf("/v1/top?n=2 = %+v, want hot (all spent) then warm", top.Keys)
+	if len(top.Keys) != 2 || top.Keys[0].Key != redactKey("hot") || top.Keys[0].Used != 1 || top.Keys[1].Key != redactKey("warm") ||
+		!top.Keys[0].Redacted {
+		t.Errorf("/v1/top?n=2 = %+v, want hot (all spent) then warm, redacted", top.Keys)
 	}
 	for _, bad := range []string{"0", "x", "100000"} {
 		if w := get(t, h, "/v1/top?n="+bad); w.Code != http.StatusBadRequest {
@@ -167,7 +168,9 @@ func TestAdminOperatorViews(t *testing.T) {
 
 	post := func() *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/reload", nil))
+		r := httptest.NewRequest("POST", "/v1/reload", nil)
+		r.Header.Set(AdminHeader, "1")
+		h.ServeHTTP(w, r)
 		return w
 	}
 	writeRules(t, path, strings.Replace(testRules, "4/1s", "8/1s", 1))

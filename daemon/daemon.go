@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,8 +177,18 @@ func monotonicClock() func() time.Time {
 // gracefully: it stops accepting, answers requests already received, and
 // removes the socket.
 func (d *Daemon) Run(ctx context.Context) error {
+	eps, err := d.listenHTTP()
+	if err != nil {
+		if d.syncer != nil {
+			d.syncer.Shutdown()
+		}
+		return err
+	}
 	l, err := ipc.Listen(d.settings.SocketPath, d.settings.SocketMode)
 	if err != nil {
+		for _, ep := range eps {
+			ep.l.Close()
+		}
 		return err
 	}
 	rs := d.rules.Load()
@@ -190,16 +198,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.syncer.Start()
 		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join)
 	}
-	if addr := d.settings.AdminAddr; addr != "" {
-		admin := &http.Server{Addr: addr, Handler: d.AdminHandler(), ReadHeaderTimeout: adminReadTimeout}
-		if l, err := net.Listen("tcp", addr); err != nil {
-			d.log.Warn("admin endpoint not served", "addr", addr, "error", err)
-		} else {
-			d.log.Info("admin endpoint serving", "addr", l.Addr().String())
-			go admin.Serve(l)
-			defer admin.Close()
-		}
-	}
+	httpCtx, stopHTTP := context.WithCancel(ctx)
+	waitHTTP := d.serveHTTP(httpCtx, eps)
+	defer func() { stopHTTP(); waitHTTP() }()
 	if d.fetcher != nil {
 		pollDone := make(chan struct{})
 		pollCtx, stopPoll := context.WithCancel(ctx)

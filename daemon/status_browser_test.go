@@ -30,6 +30,7 @@ import (
 func TestStatusPageInChromium(t *testing.T) {
 	browser := findChromium(t)
 	d, clock, _ := newDaemon(t, testRules)
+	d.settings.AdminShowKeys = true   // keys shown raw, so that the page's escaping of them is tested
 	const busy = `<i>hot</i> & "key"` // client-controlled: it must show as text
 	for range 6 {
 		decide(t, d, checks("four", busy))

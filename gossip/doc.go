@@ -41,6 +41,18 @@
 // NetTransport allocates 64 KiB for every packet it reads, and under fan-out
 // that allocation was most of a busy daemon's CPU (see transport.go).
 //
+// # Resets
+//
+// An operator can clear a key's debt cluster-wide (Syncer.Reset). The reset
+// carries an instant; every node that applies it refills the key, drops the
+// key's pending counters and what it heard of them, and raises its bucket
+// epochs above the instant, so buckets created after the reset are told
+// apart. For an hour, counters and push-pull balances of the key from an
+// epoch at or below the instant are refused, so nothing counted before the
+// reset is charged again. Resets go over TCP to every member, again to a
+// member that missed one while it is alive, and to one that (re)joins (see
+// resetwire.go).
+//
 // The package never decides a request and never blocks one: it talks to the
 // daemon's buckets only through the Ledger interface.
 package gossip

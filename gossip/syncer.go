@@ -52,6 +52,7 @@ type Syncer struct {
 	wg       sync.WaitGroup
 	stats    Stats
 	census   *censusSink
+	resets   resetState // under mu, but for its resend channel
 }
 
 type counterKey struct{ origin, rule, key string }
@@ -97,6 +98,8 @@ type Stats struct {
 	TokensCharged                  atomic.Uint64 // tokens charged here on peers' behalf
 	SeenPruned                     atomic.Uint64 // idle counters forgotten
 	StatesMerged                   atomic.Uint64
+	ResetsApplied                  atomic.Uint64 // (limit, key) resets applied here, made here or heard
+	IgnoredPackets                 atomic.Uint64 // messages of a kind this version does not know
 }
 
 // New creates the syncer and binds memberlist's port. It joins no one and
@@ -116,6 +119,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		peers:   map[string]memberlist.Node{},
 		rnd:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		stop:    make(chan struct{}),
+		resets:  newResetState(),
 	}
 	s.meta = encodeMeta(cfg.Meta)
 	s.census = installCensus()
@@ -158,7 +162,8 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 // Start begins gossiping and, if peers were given, joining them in the
 // background (retrying with backoff until one answers).
 func (s *Syncer) Start() {
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go s.resendLoop()
 	go s.every(s.cfg.GossipInterval, s.round)
 	go s.every(s.cfg.ReconnectInterval, s.reconnect)
 	go s.every(s.cfg.SeenTTL, s.pruneSeen)
@@ -385,6 +390,7 @@ func (s *Syncer) every(interval time.Duration, fn func()) {
 // reconnect tries to rejoin members that went away: after a partition
 // heals, or a crashed node returns, the two sides find each other again.
 func (s *Syncer) reconnect() {
+	s.retryOwed()
 	s.mu.Lock()
 	addrs := make([]string, 0, len(s.failed))
 	for name, f := range s.failed {
@@ -429,7 +435,9 @@ func (s *Syncer) round() {
 		transmits = retransmits(len(targets) + 1)
 	}
 	for _, c := range own {
-		s.queueLocked(s.self, c, transmits)
+		if !s.staleLocked(c) { // consumption a reset forgave is not reported
+			s.queueLocked(s.self, c, transmits)
+		}
 	}
 	if len(s.pending) == 0 || len(targets) == 0 {
 		s.mu.Unlock()
@@ -555,17 +563,27 @@ type charge struct {
 	window, tokens uint64
 }
 
-// receive applies a counters packet from a peer.
+// receive applies a message from a peer: counters, or resets. A kind this
+// version does not know (a newer peer's) is ignored.
 func (s *Syncer) receive(b []byte) {
 	s.stats.PacketsReceived.Add(1)
 	s.stats.BytesReceived.Add(uint64(len(b)))
+	switch kind, ok := packetKind(b); {
+	case ok && kind == msgReset:
+		s.receiveResets(b)
+		return
+	case ok && kind > msgReset:
+		s.stats.IgnoredPackets.Add(1)
+		s.log.Debug("ignored a gossip message of an unknown kind", "kind", kind, "bytes", len(b))
+		return
+	}
 	var charges []charge
 	n := int(max(1, s.members.Load()))
 	relay := n > s.cfg.FanoutLimit
 	transmits := retransmits(n)
 	s.mu.Lock()
 	_, err := decodeCounters(b, func(origin string, c Counter) {
-		if origin == s.self {
+		if origin == s.self || s.staleLocked(c) {
 			return
 		}
 		tokens, news := s.applyLocked(origin, c)
@@ -639,6 +657,12 @@ func (s *Syncer) mergeState(b []byte) {
 		return
 	}
 	s.stats.StatesMerged.Add(1)
+	// Entries of keys reset here since the peer counted them are neither
+	// adopted nor charged: the reset forgave them.
+	s.mu.Lock()
+	entries = slices.DeleteFunc(entries, func(e stateEntry) bool { return s.staleLocked(e.c) })
+	seen = slices.DeleteFunc(seen, func(e seenEntry) bool { return s.staleLocked(e.c) })
+	s.mu.Unlock()
 	// Where the peer's balance is lower, take it, and with it everything the
 	// peer had charged for that key (its own counter and the others' it
 	// lists), so none of it is charged here again. Elsewhere, charge what the
@@ -689,6 +713,7 @@ func (s *Syncer) rememberLocked(k counterKey, r seenRange) {
 // packet names.
 func (s *Syncer) pruneSeen() {
 	s.mu.Lock()
+	s.pruneResetsLocked(time.Now())
 	pruned := 0
 	for k, sr := range s.seen {
 		if !sr.touched {
@@ -769,8 +794,10 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.members.Add(1)
 	e.mu.Lock()
 	delete(e.failed, n.Name)
-	e.peers[n.Name] = copyNode(n)
+	node := copyNode(n)
+	e.peers[n.Name] = node
 	e.mu.Unlock()
+	(*Syncer)(e).queueResend(node)
 	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
 }
 

@@ -57,6 +57,7 @@ func StartProcs(opts ProcsOptions) (*Procs, error) {
 			"--bind", fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			"--gossip-interval", opts.GossipInterval.String(),
 			"--cluster-label", "testcluster-procs", "--log-level", "warn",
+			"--admin-addr", "", // several on one host: a taken admin address is an error
 		}
 		if opts.FanoutLimit > 0 {
 			args = append(args, "--fanout-limit", strconv.Itoa(opts.FanoutLimit))

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
 
 // defaultAdmin is where sluiced serves its admin endpoint unless told otherwise.
@@ -88,6 +90,7 @@ func (a *adminClient) call(ctx context.Context, method, path string, v any) ([]b
 		return nil, fmt.Errorf("%s %s: %w", method, target, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	req.Header.Set(adminapi.Header, "1") // mutations need it (see adminapi.Header)
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		return nil, a.unreachable(err)

@@ -46,6 +46,7 @@ func commands() []*cli.Command {
 				"force; sluice prints the daemon's error (file:line:column: field: problem) and exits 1.",
 		}, reload),
 		watchCommand(),
+		resetCommand(),
 	}
 }
 

@@ -38,7 +38,11 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
 			&cli.StringFlag{Name: "rules-url", EnvVars: []string{"SLUICE_RULES_URL"}, Usage: "poll the rules from this HTTP(S) rules service (conditional GET) instead of a file"},
 			&cli.DurationFlag{Name: "rules-poll-interval", Value: def.RulesPollInterval, EnvVars: []string{"SLUICE_RULES_POLL_INTERVAL"}, Usage: "how often --rules-url is polled (failures back off exponentially)"},
-			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off"},
+			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off; an address in use is an error"},
+			&cli.StringSliceFlag{Name: "admin-allowed-hosts", EnvVars: []string{"SLUICE_ADMIN_ALLOWED_HOSTS"}, Usage: "further names (HOST or HOST:PORT) the admin endpoint answers to in the Host header, besides its address (and localhost on loopback)"},
+			&cli.BoolFlag{Name: "admin-show-keys", EnvVars: []string{"SLUICE_ADMIN_SHOW_KEYS"}, Usage: "show client keys raw in /v1/top and the status page (default: redacted)"},
+			&cli.IntFlag{Name: "admin-max-conns", Value: def.AdminMaxConns, EnvVars: []string{"SLUICE_ADMIN_MAX_CONNS"}, Usage: "most open connections to the admin (and the metrics) endpoint; more are answered 503 and closed"},
+			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"SLUICE_METRICS_ADDR"}, Usage: "also serve /metrics, /healthz and /readyz (nothing else) here, e.g. 0.0.0.0:9465 for scraping from the pod network; default: off"},
 			&cli.BoolFlag{Name: "pprof", EnvVars: []string{"SLUICE_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on the admin endpoint"},
 			&cli.BoolFlag{Name: "no-watch", EnvVars: []string{"SLUICE_NO_WATCH"}, Usage: "do not reload the rules file when it changes (SIGHUP still does)"},
 			&cli.StringFlag{Name: "node-name", Value: def.NodeName, EnvVars: []string{"SLUICE_NODE_NAME"}, Usage: "this daemon's name"},
@@ -87,6 +91,10 @@ func run(c *cli.Context) error {
 	s.NoWatch = c.Bool("no-watch")
 	s.Pprof = c.Bool("pprof")
 	s.AdminAddr = c.String("admin-addr")
+	s.AdminAllowedHosts = c.StringSlice("admin-allowed-hosts")
+	s.AdminShowKeys = c.Bool("admin-show-keys")
+	s.AdminMaxConns = c.Int("admin-max-conns")
+	s.MetricsAddr = c.String("metrics-addr")
 	s.NodeName = c.String("node-name")
 	s.MaxKeys = c.Int("max-keys")
 	s.MaxKeyLen = c.Int("max-key-len")

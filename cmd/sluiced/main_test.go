@@ -65,6 +65,9 @@ func (s *syncBuffer) String() string {
 func startDaemon(t *testing.T, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
+	// No admin endpoint unless a test asks for one with --admin-addr: a taken
+	// address is an error, and tests (and test runs) share the machine.
+	cmd.Env = append(os.Environ(), "SLUICE_ADMIN_ADDR=")
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
@@ -107,7 +110,9 @@ func TestRunsOnEmbeddedDefaultsWithNoFlags(t *testing.T) {
 	sock := filepath.Join(dir, "sluice", "sluiced.sock")
 	// No flags and no files: the default socket comes from the environment.
 	cmd := exec.Command(binary)
-	cmd.Env = []string{"XDG_RUNTIME_DIR=" + dir, "PATH=" + os.Getenv("PATH")}
+	// The admin port is the one thing not left to its default: 9464 may be
+	// taken by another run of these tests, which is an error at start.
+	cmd.Env = []string{"XDG_RUNTIME_DIR=" + dir, "PATH=" + os.Getenv("PATH"), "SLUICE_ADMIN_ADDR=127.0.0.1:0"}
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {

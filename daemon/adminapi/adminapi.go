@@ -6,6 +6,13 @@ package adminapi
 
 import "time"
 
+// Header is the request header the admin endpoint requires on every request
+// that changes state (POST, DELETE), unless the body is JSON: a web page
+// cannot send it cross-origin without the daemon's consent, which it never
+// gives. Any non-empty value will do; the sluice CLI sends "1" on every
+// request.
+const Header = "Sluice-Admin"
+
 // RuleView is one rule as /v1/rules shows it.
 type RuleView struct {
 	Name string `json:"name"`
@@ -86,10 +93,15 @@ type KeyView struct {
 
 // BusyKey is one key deep into its burst, as /v1/top lists it.
 type BusyKey struct {
-	Rule    string  `json:"rule"`
-	Key     string  `json:"key"`
-	Balance float64 `json:"balance"`
-	Burst   int64   `json:"burst"`
+	Rule string `json:"rule"`
+	// Key is the client key, or unless the daemon runs with
+	// --admin-show-keys, its redacted form: up to its first 4 bytes, "…",
+	// and the first 12 hex digits of its SHA-256.
+	Key string `json:"key"`
+	// Redacted says Key is the redacted form.
+	Redacted bool    `json:"redacted,omitempty"`
+	Balance  float64 `json:"balance"`
+	Burst    int64   `json:"burst"`
 	// Used is the share of the burst spent: 0 full, 1 empty, above 1 in debt.
 	Used float64 `json:"used"`
 }
@@ -129,4 +141,21 @@ type LimitView struct {
 	Burst     int64   `json:"burst"`
 	Balance   float64 `json:"balance,omitempty"`
 	Held      bool    `json:"held,omitempty"`
+}
+
+// ResetView is what DELETE /v1/keys/{rule}/{key} returns: the key was reset
+// on this node, and how many other members acknowledged the reset.
+type ResetView struct {
+	Rule string    `json:"rule"`
+	Key  string    `json:"key"`
+	Node string    `json:"node"`
+	At   time.Time `json:"reset_at"`
+	// Clustered is false for a daemon outside a cluster (Peers, Told: 0).
+	Clustered bool `json:"clustered"`
+	// Peers is how many other members were alive; Told to how many the
+	// reset was delivered over TCP (each applies it on receipt); Failed
+	// names the others, which learn of it when they rejoin.
+	Peers  int      `json:"peers"`
+	Told   int      `json:"told"`
+	Failed []string `json:"failed"`
 }
