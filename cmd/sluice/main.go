@@ -6,6 +6,7 @@
 //	sluice rules   [--json] [--admin URL]
 //	sluice inspect [--json] [--admin URL] RULE KEY
 //	sluice reload  [--json] [--admin URL]
+//	sluice reset   [--json] [--admin URL] RULE KEY
 //	sluice watch   [--json] [--admin URL] [--interval D] [--count N] RULE KEY
 //
 // check asks for a decision over the daemon's Unix socket; doctor explains
