@@ -47,14 +47,39 @@ func (d *Daemon) reloadRules() error {
 	default:
 		rules, err = config.LoadRules(d.settings.RulesPath)
 	}
+	return d.commitRules(rules, err)
+}
+
+// reloadFileData puts in force the rules file's content as the watcher read
+// it (once it stood still and no writer held it open), so what was checked
+// is what is parsed.
+func (d *Daemon) reloadFileData(data []byte) error {
+	rules, err := config.ParseRules(d.settings.RulesPath, data)
+	return d.commitRules(rules, err)
+}
+
+// commitRules puts rules in force, or, when err is set, keeps the last good
+// rules and logs, counts and returns err.
+func (d *Daemon) commitRules(rules *config.Rules, err error) error {
 	if err != nil {
-		d.failures.Add(1)
-		d.metrics.reloads.WithLabelValues("error").Inc()
-		msg := err.Error()
-		d.lastReloadError.Store(&msg)
-		d.log.Error("reload failed; keeping the last good rules", "rules_hash", d.Rules().Hash, "error", err)
-		return fmt.Errorf("reload: %w", err)
+		return d.failReload(err)
 	}
+	return d.put(rules)
+}
+
+// failReload logs, counts and returns a reload that failed; the last good
+// rules stay in force.
+func (d *Daemon) failReload(err error) error {
+	d.failures.Add(1)
+	d.metrics.reloads.WithLabelValues("error").Inc()
+	msg := err.Error()
+	d.lastReloadError.Store(&msg)
+	d.log.Error("reload failed; keeping the last good rules", "rules_hash", d.Rules().Hash, "error", err)
+	return fmt.Errorf("reload: %w", err)
+}
+
+// put puts rules in force after a reload and says so.
+func (d *Daemon) put(rules *config.Rules) error {
 	old := d.Rules()
 	d.apply(rules)
 	d.reloads.Add(1)

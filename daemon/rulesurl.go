@@ -23,8 +23,9 @@ import (
 // backoff and full jitter, and the daemon keeps deciding on what it has.
 
 const (
-	// maxRulesBody caps a rules document fetched from the service.
-	maxRulesBody = 4 << 20
+	// maxRulesBody caps a rules document fetched from the service, as
+	// config.ReadRulesFile caps a rules file.
+	maxRulesBody = config.MaxRulesBytes
 	// rulesFetchTimeout bounds one fetch, the first one at start included.
 	rulesFetchTimeout = 5 * time.Second
 	// maxRulesBackoff caps the wait between retries of a failing service
@@ -97,7 +98,7 @@ func (f *rulesFetcher) fetch(ctx context.Context) (*config.Rules, error) {
 		return nil, &fetchError{fmt.Errorf("fetch rules %s: read body: %w", f.url, err)}
 	}
 	if len(body) > maxRulesBody {
-		return nil, &fetchError{fmt.Errorf("fetch rules %s: document larger than %d bytes", f.url, maxRulesBody)}
+		return nil, &fetchError{fmt.Errorf("fetch rules %s: %w: larger than the cap of %d bytes", f.url, config.ErrRulesTooLarge, maxRulesBody)}
 	}
 	f.etag, f.lastModified = resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
 	sum := sha256.Sum256(body)
