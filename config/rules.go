@@ -39,6 +39,15 @@ func DefaultRules() *Rules {
 	return r
 }
 
+// NoRules returns an empty rule set that admits every check as an unknown
+// rule: what a daemon holds when it has no rules to enforce (see
+// daemon.NoRulesSource).
+func NoRules(source string) *Rules {
+	r := &Rules{Source: source, UnknownRule: UnknownRuleAllow, ByName: map[string]*Rule{}}
+	r.Hash = hashRules(r)
+	return r
+}
+
 // UnknownRulePolicy is what a check naming a rule that does not exist gets.
 type UnknownRulePolicy int
 

@@ -35,6 +35,12 @@ type Settings struct {
 	// (conditional GET: ETag / If-None-Match, Last-Modified). Exclusive with
 	// RulesPath.
 	RulesURL string
+	// RulesCache, with RulesURL, is a file where every good rules document
+	// the service serves is kept (written atomically, mode 0600), and from
+	// which the daemon takes its rules when the service is down at start.
+	// Empty: no cache; a daemon started with the service down holds no rules
+	// and admits every check until it answers.
+	RulesCache string
 	// RulesPollInterval is how often RulesURL is polled. Default 30s.
 	RulesPollInterval time.Duration
 	// AdminAddr is where the admin HTTP endpoint (/healthz, /readyz,
@@ -146,6 +152,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: a rules file and a rules URL are exclusive; give one")
 	case s.RulesURL != "" && !strings.HasPrefix(s.RulesURL, "http://") && !strings.HasPrefix(s.RulesURL, "https://"):
 		return fmt.Errorf("settings: rules URL %q: want http:// or https://", s.RulesURL)
+	case s.RulesCache != "" && s.RulesURL == "":
+		return fmt.Errorf("settings: a rules cache keeps a rules URL's rules; give a rules URL with it")
 	case s.RulesURL != "" && s.RulesPollInterval <= 0:
 		return fmt.Errorf("settings: rules poll interval must be positive")
 	case s.MaxKeys < 1:

@@ -240,6 +240,7 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 		if e := d.lastFetchError.Load(); e != nil {
 			body["rules_url_error"] = *e
 		}
+		d.fallbackView(body)
 	}
 	if !ready {
 		w.WriteHeader(http.StatusServiceUnavailable)

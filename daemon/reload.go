@@ -33,7 +33,8 @@ func (d *Daemon) reloadRules() error {
 	var err error
 	switch {
 	case d.fetcher != nil:
-		rules, err = d.reloadFromURL()
+		var body []byte
+		rules, body, err = d.reloadFromURL()
 		var fe *fetchError
 		if errors.As(err, &fe) {
 			return fmt.Errorf("reload: %w", err) // logged and counted as a fetch error
@@ -41,6 +42,11 @@ func (d *Daemon) reloadRules() error {
 		if err == nil && rules == nil {
 			return nil // unchanged
 		}
+		if err := d.commitRules(rules, err); err != nil {
+			return err
+		}
+		d.servedFromURL(body)
+		return nil
 	case d.settings.RulesPath == "":
 		d.log.Info("reload: running on embedded default rules; nothing to re-read")
 		return nil

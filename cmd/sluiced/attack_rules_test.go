@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,4 +166,147 @@ func runSluicedBriefly(t *testing.T, args ...string) (string, error) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
 	return string(out), err
+}
+
+// rulesServer is a rules service that can be down (it accepts connections
+// and drops them, so every fetch fails) or up (serving doc).
+type rulesServer struct {
+	up  atomic.Bool
+	doc atomic.Pointer[string]
+	srv *httptest.Server
+}
+
+func newRulesServer(t *testing.T) *rulesServer {
+	rs := &rulesServer{}
+	rs.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !rs.up.Load() {
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					conn.Close()
+					return
+				}
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, *rs.doc.Load())
+	}))
+	t.Cleanup(rs.srv.Close)
+	return rs
+}
+
+func (rs *rulesServer) serve(doc string) { rs.doc.Store(&doc); rs.up.Store(true) }
+
+// rulesReadyz returns the daemon's /readyz document.
+func rulesReadyz(t *testing.T, admin string) map[string]any {
+	t.Helper()
+	var body map[string]any
+	eventually(t, "/readyz answers", func() bool {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&body) == nil
+	})
+	return body
+}
+
+// A daemon restarted while its rules service is down enforces the last good
+// rules it fetched, from the cache (written atomically, mode 0600), and says
+// so in the log and /readyz; when the service answers again its rules replace
+// the cache's.
+func TestRulesURLDownAtStartUsesTheCache(t *testing.T) {
+	dir := tempDir(t)
+	sock, cache := filepath.Join(dir, "d.sock"), filepath.Join(dir, "state", "rules.cache.yaml")
+	os.Mkdir(filepath.Dir(cache), 0o700)
+	rs := newRulesServer(t)
+	rs.serve("unknown_rule: deny\nrules:\n  api:\n    rate: 3/1h\n")
+	args := []string{"--socket", sock, "--rules-url", rs.srv.URL, "--rules-cache", cache, "--rules-poll-interval", "200ms"}
+
+	first := startDaemon(t, append(args, "--admin-addr", "")...)
+	c := rulesDial(t, sock)
+	if d := c.Allow(context.Background(), "api", "k"); d.Limit != 3 {
+		t.Fatalf("on the service's rules: %+v", d)
+	}
+	eventually(t, "the cache is written", func() bool { _, err := os.Stat(cache); return err == nil })
+	if fi, _ := os.Stat(cache); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("cache mode %v, want 0600", fi.Mode().Perm())
+	}
+	c.Close()
+	first.cmd.Process.Kill()
+	<-first.exited
+	first.exited <- nil
+
+	// The service goes down; the daemon restarts.
+	rs.up.Store(false)
+	admin := "127.0.0.1:" + freePort(t)
+	p := startDaemon(t, append(args, "--admin-addr", admin)...)
+	c = rulesDial(t, sock)
+	for i := range 3 {
+		if d := c.Allow(context.Background(), "api", "k"); !d.Allowed || d.Limit != 3 {
+			t.Fatalf("request %d on the cached rules: %+v", i, d)
+		}
+	}
+	if d := c.Allow(context.Background(), "api", "k"); d.Allowed {
+		t.Fatalf("4th request on the cached 3/1h admitted: %+v", d)
+	}
+	if d := c.Allow(context.Background(), "other", "k"); d.Status != ipc.StatusUnknownRule {
+		t.Fatalf("the cache's unknown_rule: deny not in force: %+v", d)
+	}
+	log := p.stderr.String()
+	if !strings.Contains(log, "enforcing the cached rules") || !strings.Contains(log, "cache_age=") {
+		t.Fatalf("the log does not say the cache is in use and how old it is:\n%s", log)
+	}
+	ready := rulesReadyz(t, admin)
+	if ready["rules_cache_in_use"] != cache || ready["rules_cache_age_seconds"] == nil {
+		t.Fatalf("/readyz does not report the cache in use: %v", ready)
+	}
+
+	// The service comes back with new rules: they replace the cache's.
+	rs.serve("rules:\n  api:\n    rate: 7/1h\n")
+	eventually(t, "the service's new rules are in force", func() bool { return c.Allow(context.Background(), "api", "probe").Limit == 7 })
+	eventually(t, "/readyz no longer reports the cache", func() bool { return rulesReadyz(t, admin)["rules_cache_in_use"] == nil })
+	eventually(t, "the cache holds the new rules", func() bool {
+		b, _ := os.ReadFile(cache)
+		return strings.Contains(string(b), "7/1h")
+	})
+}
+
+// With the rules service down at start and no cache, the daemon holds no
+// rules and admits every check, counted, rather than enforcing the embedded
+// default limits (100/s on "default"), which would deny real traffic; it
+// says so loudly. The service's rules apply once it answers.
+func TestRulesURLDownAtStartWithoutCacheFailsOpenNotOnDefaults(t *testing.T) {
+	dir := tempDir(t)
+	sock := filepath.Join(dir, "d.sock")
+	rs := newRulesServer(t)
+	admin := "127.0.0.1:" + freePort(t)
+	p := startDaemon(t, "--socket", sock, "--rules-url", rs.srv.URL, "--rules-poll-interval", "200ms", "--admin-addr", admin)
+	c := rulesDial(t, sock)
+	// Well beyond the embedded default's burst of 100 on "default".
+	for i := range 300 {
+		d := c.Allow(context.Background(), "default", "k")
+		if !d.Allowed || d.FailedOpen || d.Status != ipc.StatusUnknownRuleAllowed {
+			t.Fatalf("request %d with no rules in force: %+v, want admitted as an unknown rule", i, d)
+		}
+	}
+	if !strings.Contains(p.stderr.String(), "[ERROR]") || !strings.Contains(p.stderr.String(), "NO RULES IN FORCE") {
+		t.Fatalf("no loud log line about running without rules:\n%s", p.stderr.String())
+	}
+	ready := rulesReadyz(t, admin)
+	if ready["rules_none_failing_open"] != true || ready["rules_source"] == "embedded:default_rules.yaml" {
+		t.Fatalf("/readyz does not say no rules are in force: %v", ready)
+	}
+
+	rs.serve("rules:\n  default:\n    rate: 2/1h\n")
+	eventually(t, "the service's rules apply once it answers", func() bool { return c.Allow(context.Background(), "default", "probe").Limit == 2 })
+	c.Allow(context.Background(), "default", "k2")
+	c.Allow(context.Background(), "default", "k2")
+	if d := c.Allow(context.Background(), "default", "k2"); d.Allowed {
+		t.Fatalf("third request on the service's 2/1h admitted: %+v", d)
+	}
+	if r := rulesReadyz(t, admin); r["rules_none_failing_open"] != nil {
+		t.Fatalf("/readyz still reports no rules after the service answered: %v", r)
+	}
 }

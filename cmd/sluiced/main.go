@@ -37,6 +37,7 @@ func app() *cli.App {
 			&cli.StringSliceFlag{Name: "allow-gid", EnvVars: []string{"SLUICE_ALLOW_GIDS"}, Usage: "serve only clients whose primary group is one of these (gids or names); with --allow-uid, either list admits"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
 			&cli.StringFlag{Name: "rules-url", EnvVars: []string{"SLUICE_RULES_URL"}, Usage: "poll the rules from this HTTP(S) rules service (conditional GET) instead of a file"},
+			&cli.StringFlag{Name: "rules-cache", EnvVars: []string{"SLUICE_RULES_CACHE"}, Usage: "with --rules-url: keep the last good rules here and use them when the service is down at start (without it: no rules, every check admitted)"},
 			&cli.DurationFlag{Name: "rules-poll-interval", Value: def.RulesPollInterval, EnvVars: []string{"SLUICE_RULES_POLL_INTERVAL"}, Usage: "how often --rules-url is polled (failures back off exponentially)"},
 			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off"},
 			&cli.BoolFlag{Name: "pprof", EnvVars: []string{"SLUICE_PPROF"}, Usage: "serve Go profiles under /debug/pprof/ on the admin endpoint"},
@@ -83,6 +84,7 @@ func run(c *cli.Context) error {
 	}
 	s.RulesPath = c.String("rules")
 	s.RulesURL = c.String("rules-url")
+	s.RulesCache = c.String("rules-cache")
 	s.RulesPollInterval = c.Duration("rules-poll-interval")
 	s.NoWatch = c.Bool("no-watch")
 	s.Pprof = c.Bool("pprof")
