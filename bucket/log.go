@@ -44,6 +44,9 @@ type logState struct {
 	peer    [logSubWindows]uint32 // peers' consumption by sub-window, slot = index mod logSubWindows
 	peerTop int64                 // newest sub-window index the slots cover
 	peers   int64                 // total of peer
+
+	budget  *logBudget // the store's, which room beyond the first entry is taken from; nil outside a store
+	charged int64      // bytes taken from budget
 }
 
 type logEntry struct {
@@ -184,6 +187,11 @@ func (l *SlidingLog) append(lim Limit, cost, n int64) {
 	case int64(len(live)) >= 2*lim.count:
 		live[len(live)-1].cost += cost // bounded: fold into the newest entry
 		live[len(live)-1].at = n
+	case len(ls.entries) == cap(ls.entries) && !ls.grow(2*lim.count):
+		// The store's log budget is spent (see logbudget.go): join the
+		// newest entry, keeping its time, so the cost is counted and leaves
+		// the window early rather than late.
+		live[len(live)-1].cost += cost
 	default:
 		ls.entries = append(ls.entries, logEntry{at: n, cost: cost})
 	}

@@ -60,6 +60,9 @@ type Settings struct {
 	MaxKeys int
 	// MaxKeyLen caps a key's length in bytes. Default 256.
 	MaxKeyLen int
+	// MaxLogBytes caps the bytes sliding logs hold beyond each log's first
+	// entry (see bucket.StoreConfig.MaxLogBytes). Default 64 MiB.
+	MaxLogBytes int64
 	// MaxFrameBytes caps one IPC frame. Default 64 KiB.
 	MaxFrameBytes int
 	// MaxBatch caps the checks in one request. Default 16.
@@ -126,6 +129,7 @@ func DefaultSettings() Settings {
 		NodeName:          host,
 		MaxKeys:           bucket.DefaultMaxKeys,
 		MaxKeyLen:         bucket.DefaultMaxKeyLen,
+		MaxLogBytes:       bucket.DefaultMaxLogBytes,
 		MaxFrameBytes:     DefaultMaxFrameBytes,
 		MaxBatch:          DefaultMaxBatch,
 		MaxConns:          DefaultMaxConns,
@@ -160,6 +164,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: max keys %d must be at least 1", s.MaxKeys)
 	case s.MaxKeyLen < 1 || s.MaxKeyLen > 64<<10:
 		return fmt.Errorf("settings: max key length %d must be in [1, 65536]", s.MaxKeyLen)
+	case s.MaxLogBytes < 0:
+		return fmt.Errorf("settings: max log bytes %d must not be negative (0 takes the default)", s.MaxLogBytes)
 	case s.MaxFrameBytes < 256 || s.MaxFrameBytes > 16<<20:
 		return fmt.Errorf("settings: max frame bytes %d must be in [256, 16 MiB]", s.MaxFrameBytes)
 	case s.MaxBatch < 1 || s.MaxBatch > 1024:

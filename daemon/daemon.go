@@ -139,7 +139,7 @@ func New(cfg Config) (*Daemon, error) {
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		store: bucket.NewStore(bucket.StoreConfig{
-			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen,
+			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen, MaxLogBytes: s.MaxLogBytes,
 			TrackConsumption: s.Cluster.Enabled(),
 			EpochBase:        uint64(time.Now().UnixNano()), // grows across restarts
 		}),

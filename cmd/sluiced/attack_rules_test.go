@@ -310,3 +310,98 @@ func TestRulesURLDownAtStartWithoutCacheFailsOpenNotOnDefaults(t *testing.T) {
 		t.Fatalf("/readyz still reports no rules after the service answered: %v", r)
 	}
 }
+
+// rulesMetric scrapes one unlabelled series from the daemon's /metrics.
+func rulesMetric(t *testing.T, admin, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f
+			}
+		}
+	}
+	t.Fatalf("no series %s in /metrics", name)
+	return 0
+}
+
+// rulesLiveHeap makes the daemon collect its garbage (the heap profile with
+// gc=1 does) and returns its heap then.
+func rulesLiveHeap(t *testing.T, admin string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return rulesMetric(t, admin, "go_memstats_heap_alloc_bytes")
+}
+
+// A flood of the longest keys allowed, each sending many requests under a
+// sliding log whose limit is large: without a budget every key's log grows
+// with its requests (256 entries, 4 KiB a key here); with --max-log-bytes the
+// logs' room beyond their first entry stays within the budget, every request
+// is admitted, and the daemon's live heap stays within
+// keys × per-key + budget of where it started.
+func TestSlidingLogFloodStaysWithinTheLogBudget(t *testing.T) {
+	dir := tempDir(t)
+	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rules, []byte("rules:\n  logged:\n    rate: 10000/1h\n    algorithm: sliding_log\n"), 0o600)
+	const (
+		keys     = 2000
+		requests = 256
+		budget   = 512 << 10
+		perKey   = 1024 // generous: entry, 256-byte key, map slot, log state and first entry come to ~550 B
+		slack    = 4 << 20
+	)
+	admin := "127.0.0.1:" + freePort(t)
+	p := startDaemon(t, "--socket", sock, "--rules", rules, "--admin-addr", admin, "--pprof", "--max-log-bytes", fmt.Sprint(budget))
+	c := rulesDial(t, sock)
+	idle := rulesLiveHeap(t, admin)
+
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	var firstRefusal atomic.Pointer[string]
+	giveUp := time.Now().Add(90 * time.Second)
+	const callers = 16
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := g; k < keys; k += callers {
+				key := fmt.Sprintf("%0256d", k) // the longest key --max-key-len allows
+				for i := 0; i < requests && time.Now().Before(giveUp); i++ {
+					if d := c.Allow(context.Background(), "logged", key); !d.Allowed || d.FailedOpen {
+						refused.Add(1)
+						msg := fmt.Sprintf("key %d request %d: %+v", k, i, d)
+						firstRefusal.CompareAndSwap(nil, &msg)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Fatalf("%d requests refused or undecided under a limit of 10000/1h; first: %s", n, *firstRefusal.Load())
+	}
+	used := rulesMetric(t, admin, "sluice_log_bytes")
+	growthRefused := rulesMetric(t, admin, "sluice_log_growth_refused_total")
+	heap := rulesLiveHeap(t, admin)
+	if used > budget || growthRefused == 0 {
+		t.Fatalf("log bytes %v with a budget of %d, growth refused %v times", used, budget, growthRefused)
+	}
+	if bound := idle + keys*perKey + budget + slack; heap > bound {
+		t.Fatalf("live heap %.1f MiB after the flood, over the bound %.1f MiB (idle %.1f + %d keys × %d B + budget %d + slack)\n%s",
+			heap/(1<<20), bound/(1<<20), idle/(1<<20), keys, perKey, budget, p.stderr.String())
+	}
+	t.Logf("%d keys × %d requests, 256-byte keys: live heap %.1f → %.1f MiB (%.0f B/key), log bytes %v of %d, growth refused %v times",
+		keys, requests, idle/(1<<20), heap/(1<<20), (heap-idle)/keys, used, budget, growthRefused)
+}

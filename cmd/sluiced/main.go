@@ -47,6 +47,7 @@ func app() *cli.App {
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"SLUICE_LOG_JSON"}, Usage: "log JSON lines"},
 			&cli.IntFlag{Name: "max-keys", Value: def.MaxKeys, EnvVars: []string{"SLUICE_MAX_KEYS"}, Usage: "most buckets held in memory"},
 			&cli.IntFlag{Name: "max-key-len", Value: def.MaxKeyLen, EnvVars: []string{"SLUICE_MAX_KEY_LEN"}, Usage: "longest key accepted, in bytes"},
+			&cli.Int64Flag{Name: "max-log-bytes", Value: def.MaxLogBytes, EnvVars: []string{"SLUICE_MAX_LOG_BYTES"}, Usage: "most bytes sliding logs hold beyond each key's first entry; a log at the budget counts new requests in its newest entry"},
 			&cli.IntFlag{Name: "max-frame", Value: def.MaxFrameBytes, EnvVars: []string{"SLUICE_MAX_FRAME"}, Usage: "largest IPC frame accepted, in bytes"},
 			&cli.IntFlag{Name: "max-batch", Value: def.MaxBatch, EnvVars: []string{"SLUICE_MAX_BATCH"}, Usage: "most checks in one request"},
 			&cli.IntFlag{Name: "max-conns", Value: def.MaxConns, EnvVars: []string{"SLUICE_MAX_CONNS"}, Usage: "most concurrent client connections"},
@@ -92,6 +93,7 @@ func run(c *cli.Context) error {
 	s.NodeName = c.String("node-name")
 	s.MaxKeys = c.Int("max-keys")
 	s.MaxKeyLen = c.Int("max-key-len")
+	s.MaxLogBytes = c.Int64("max-log-bytes")
 	s.MaxFrameBytes = c.Int("max-frame")
 	s.MaxBatch = c.Int("max-batch")
 	s.MaxConns = c.Int("max-conns")
