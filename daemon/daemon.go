@@ -44,7 +44,8 @@ type Daemon struct {
 	rules  atomic.Pointer[ruleSet]
 	syncer *gossip.Syncer // nil when not in a cluster
 
-	loadedDigest []byte // content hash of the rules file New loaded
+	loadedDigest []byte      // content hash of the rules file New loaded
+	fileWriting  atomic.Bool // the watcher saw the rules file modified in place and not yet closed (watch.go)
 
 	metrics         *metrics
 	lastReloadError atomic.Pointer[string]

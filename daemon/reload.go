@@ -50,11 +50,20 @@ func (d *Daemon) reloadRules() error {
 	case d.settings.RulesPath == "":
 		d.log.Info("reload: running on embedded default rules; nothing to re-read")
 		return nil
+	case d.fileWriting.Load():
+		// The watcher saw an in-place writer that has not closed the file:
+		// what is there may be a valid prefix of the new rules. The watcher
+		// loads it once the writer closes it.
+		d.log.Warn("reload: the rules file is being written in place; it will be loaded when the writer closes it", "path", d.settings.RulesPath)
+		return fmt.Errorf("reload: %w", errRulesBeingWritten)
 	default:
 		rules, err = config.LoadRules(d.settings.RulesPath)
 	}
 	return d.commitRules(rules, err)
 }
+
+// errRulesBeingWritten refuses a reload while a writer has the rules file open.
+var errRulesBeingWritten = errors.New("rules file is being written in place; not loaded until the writer closes it")
 
 // reloadFileData puts in force the rules file's content as the watcher read
 // it (once it stood still and no writer held it open), so what was checked

@@ -92,6 +92,7 @@ func (a fileStamp) same(b fileStamp) bool {
 }
 
 func (d *Daemon) watchLoop(ctx context.Context, w *fsnotify.Watcher, writers *writerEvents, path string) {
+	defer d.fileWriting.Store(false)
 	last := d.loadedDigest // what New read: a change made since is a change
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -127,6 +128,7 @@ func (d *Daemon) watchLoop(ctx context.Context, w *fsnotify.Watcher, writers *wr
 		case e, ok := <-writes:
 			if !ok {
 				writes, writing = nil, false
+				d.fileWriting.Store(false)
 				arm()
 				continue
 			}
@@ -138,6 +140,7 @@ func (d *Daemon) watchLoop(ctx context.Context, w *fsnotify.Watcher, writers *wr
 			case writeClosed, writeOverflow:
 				writing = false
 			}
+			d.fileWriting.Store(writing)
 			arm()
 		case <-timer.C:
 			now := stampOf(path)
@@ -150,6 +153,7 @@ func (d *Daemon) watchLoop(ctx context.Context, w *fsnotify.Watcher, writers *wr
 					continue // the close will arm the timer
 				}
 				writing = false // replaced by another file: that one is complete
+				d.fileWriting.Store(false)
 			}
 			if !now.same(armed) {
 				arm() // still changing: let it stand still for a whole debounce

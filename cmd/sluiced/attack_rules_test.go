@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,8 +51,9 @@ func rulesDoc(n int, count int64) (header string, chunks []string) {
 // pausing between chunks for longer than the watch's debounce, so every
 // pause leaves a valid file holding only the first rules. Under load on the
 // last rule, no decision may ever see that rule missing (unknown_rule) or
-// changed to anything but its old or new limit; the complete file is applied
-// once the writer closes it.
+// changed to anything but its old or new limit, not even after a SIGHUP in
+// the middle of the write; the complete file is applied once the writer
+// closes it.
 func TestRulesFileWrittenSlowlyInPlaceIsNeverLoadedHalfWay(t *testing.T) {
 	dir := tempDir(t)
 	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
@@ -105,9 +107,13 @@ func TestRulesFileWrittenSlowlyInPlaceIsNeverLoadedHalfWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.WriteString(header)
-	for _, ch := range chunks {
+	for i, ch := range chunks {
 		f.WriteString(ch)
 		time.Sleep(300 * time.Millisecond) // the writer is slow: 3 debounce windows per chunk
+		if i == 2 {
+			// An operator's SIGHUP mid-write does not load the prefix either.
+			p.cmd.Process.Signal(syscall.SIGHUP)
+		}
 	}
 	if err := f.Close(); err != nil {
 		stopLoad()
@@ -119,6 +125,9 @@ func TestRulesFileWrittenSlowlyInPlaceIsNeverLoadedHalfWay(t *testing.T) {
 	stopLoad()
 	if b := bad.Load(); b > 0 {
 		t.Fatalf("%d of %d decisions saw a half-written rules file; first: %s\n%s", b, decided.Load(), *firstBad.Load(), p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "the rules file is being written in place") {
+		t.Errorf("the SIGHUP mid-write was not refused with a reason\n%s", p.stderr.String())
 	}
 	if got := strings.Count(p.stderr.String(), "rules reloaded"); got != 1 {
 		t.Errorf("the rules were reloaded %d times, want once (the complete file)\n%s", got, p.stderr.String())
