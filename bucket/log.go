@@ -13,9 +13,13 @@ import (
 // Memory is the price: a key logs up to Count live entries of 16 bytes (a
 // cost of c is one entry) in a slice that may hold as many again that have
 // aged out and await compaction, plus 64 bytes of peers' counts; so a
-// sliding log's Count is capped at MaxLogLimit. A key's log grows
-// (allocating) while it is busy; a key in steady use allocates nothing more. Requests charged after the fact past the
-// limit are folded into the newest entry once the log holds 2 × Count.
+// sliding log's Count is capped at MaxLogLimit. In a Store, room beyond a
+// log's first entry comes out of the store's byte budget
+// (StoreConfig.MaxLogBytes; see logbudget.go), past which a log counts new
+// requests in its newest entry. A key's log grows (allocating) while it is
+// busy; a key in steady use allocates nothing more. Requests charged after
+// the fact past the limit are folded into the newest entry once the log
+// holds 2 × Count.
 //
 // Peers' requests arrive as counts per sub-window of Period/16 (gossip does
 // not carry every timestamp). They are counted as if they had happened at the
