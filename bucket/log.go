@@ -13,9 +13,13 @@ import (
 // Memory is the price: a key logs up to Count live entries of 16 bytes (a
 // cost of c is one entry) in a slice that may hold as many again that have
 // aged out and await compaction, plus 64 bytes of peers' counts; so a
-// sliding log's Count is capped at MaxLogLimit. A key's log grows
-// (allocating) while it is busy; a key in steady use allocates nothing more. Requests charged after the fact past the
-// limit are folded into the newest entry once the log holds 2 × Count.
+// sliding log's Count is capped at MaxLogLimit. In a Store, room beyond a
+// log's first entry comes out of the store's byte budget
+// (StoreConfig.MaxLogBytes; see logbudget.go), past which a log counts new
+// requests in its newest entry. A key's log grows (allocating) while it is
+// busy; a key in steady use allocates nothing more. Requests charged after
+// the fact past the limit are folded into the newest entry once the log
+// holds 2 × Count.
 //
 // Peers' requests arrive as counts per sub-window of Period/16 (gossip does
 // not carry every timestamp). They are counted as if they had happened at the
@@ -44,6 +48,9 @@ type logState struct {
 	peer    [logSubWindows]uint32 // peers' consumption by sub-window, slot = index mod logSubWindows
 	peerTop int64                 // newest sub-window index the slots cover
 	peers   int64                 // total of peer
+
+	budget  *logBudget // the store's, which room beyond the first entry is taken from; nil outside a store
+	charged int64      // bytes taken from budget
 }
 
 type logEntry struct {
@@ -184,6 +191,11 @@ func (l *SlidingLog) append(lim Limit, cost, n int64) {
 	case int64(len(live)) >= 2*lim.count:
 		live[len(live)-1].cost += cost // bounded: fold into the newest entry
 		live[len(live)-1].at = n
+	case len(ls.entries) == cap(ls.entries) && !ls.grow(2*lim.count):
+		// The store's log budget is spent (see logbudget.go): join the
+		// newest entry, keeping its time, so the cost is counted and leaves
+		// the window early rather than late.
+		live[len(live)-1].cost += cost
 	default:
 		ls.entries = append(ls.entries, logEntry{at: n, cost: cost})
 	}

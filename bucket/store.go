@@ -36,6 +36,9 @@ type StoreConfig struct {
 	// and keep a list of buckets whose count changed, for DrainDirty to hand
 	// to gossip. Leave it off when nothing drains the list.
 	TrackConsumption bool
+	// MaxLogBytes caps the bytes sliding logs hold beyond each log's first
+	// entry, across the store (see logbudget.go). Default DefaultMaxLogBytes.
+	MaxLogBytes int64
 	// EpochBase seeds bucket epochs: each bucket created gets the next number
 	// above it, so a bucket evicted and created again is told apart from its
 	// predecessor. A daemon passes its start time in nanoseconds, so epochs
@@ -76,6 +79,7 @@ type Store struct {
 
 	epochs    atomic.Uint64
 	evictions atomic.Uint64
+	logs      logBudget
 }
 
 // shard is one lock's share of the buckets. Its map is keyed by the 64-bit
@@ -112,6 +116,7 @@ type entry struct {
 // if it belonged to another (a rule whose algorithm changed).
 func (e *entry) stateFor(lim Limit) *state {
 	if e.algo != lim.algo {
+		e.st.log.release()
 		e.st, e.algo = state{}, lim.algo
 	}
 	return &e.st
@@ -151,6 +156,7 @@ func (sh *shard) remove(h uint64, e *entry) {
 		}
 	}
 	e.next = nil
+	e.st.log.release()
 	sh.n--
 }
 
@@ -202,6 +208,9 @@ func NewStore(cfg StoreConfig) *Store {
 	if cfg.MaxKeyLen <= 0 {
 		cfg.MaxKeyLen = DefaultMaxKeyLen
 	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = DefaultMaxLogBytes
+	}
 	if cfg.Shards <= 0 {
 		cfg.Shards = max(16, 8*runtime.GOMAXPROCS(0))
 	}
@@ -217,6 +226,7 @@ func NewStore(cfg StoreConfig) *Store {
 		track:     cfg.TrackConsumption,
 	}
 	s.epochs.Store(cfg.EpochBase)
+	s.logs.max = cfg.MaxLogBytes
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[uint64]*entry)
 	}
@@ -282,6 +292,7 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	if r.Allowed && e.t != nil {
 		sh.record(e, cost, st.window(lim, now))
 	}
+	s.attachLog(e)
 	sh.mu.Unlock()
 	return r, soft, nil
 }
@@ -350,6 +361,7 @@ func (s *Store) ChargeWindow(ns Namespace, key []byte, lim Limit, cost int64, wi
 	st := e.stateFor(lim)
 	st.charge(lim, cost, window, now)
 	balance = st.balance(lim, now)
+	s.attachLog(e)
 	sh.mu.Unlock()
 	return balance, nil
 }
@@ -454,7 +466,9 @@ func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, window uint64, balanc
 	if e == nil {
 		e = sh.insert(s, h, ns, key, lim.algo, now)
 	}
-	return e.stateFor(lim).adopt(lim, window, balance, now)
+	changed := e.stateFor(lim).adopt(lim, window, balance, now)
+	s.attachLog(e)
+	return changed
 }
 
 // Balance returns the key's balance in tokens, and whether the store holds a
@@ -492,8 +506,12 @@ func (s *Store) Rescale(ns Namespace, limits func(key string) (old, new Limit), 
 			if e.ns == ns {
 				old, new := limits(e.key)
 				if old != new && !old.IsZero() && !new.IsZero() && e.algo == old.algo {
+					if old.algo != new.algo {
+						e.st.log.release()
+					}
 					e.st.rescale(old, new, now)
 					e.algo = new.algo
+					s.attachLog(e)
 				}
 			}
 			return true
@@ -504,6 +522,8 @@ func (s *Store) Rescale(ns Namespace, limits func(key string) (old, new Limit), 
 
 // Sweep evicts every bucket that has refilled to full by now and returns how
 // many it evicted. Such buckets carry no information: a new bucket is full too.
+// It also shrinks sliding logs that hold far more room than entries, giving
+// the room back to the log budget.
 func (s *Store) Sweep(now time.Time) int {
 	evicted := 0
 	for i := range s.shards {
@@ -513,6 +533,8 @@ func (s *Store) Sweep(now time.Time) int {
 			if e.st.isFull(now) && (e.t == nil || e.t.used == e.t.sent) {
 				sh.remove(h, e)
 				evicted++
+			} else if e.st.log != nil {
+				e.st.log.shrink()
 			}
 			return true
 		})

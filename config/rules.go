@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"regexp"
@@ -35,6 +36,15 @@ func DefaultRules() *Rules {
 	if err != nil {
 		panic(fmt.Sprintf("embedded default rules are invalid: %v", err))
 	}
+	return r
+}
+
+// NoRules returns an empty rule set that admits every check as an unknown
+// rule: what a daemon holds when it has no rules to enforce (see
+// daemon.NoRulesSource).
+func NoRules(source string) *Rules {
+	r := &Rules{Source: source, UnknownRule: UnknownRuleAllow, ByName: map[string]*Rule{}}
+	r.Hash = hashRules(r)
 	return r
 }
 
@@ -111,13 +121,40 @@ func (r *Rules) Names() []string {
 	return names
 }
 
+// MaxRulesBytes caps a rules document, from a file or a rules service, so
+// a runaway generator or a wrong path (a log file, /dev/zero) cannot make the
+// daemon read without end.
+const MaxRulesBytes = 4 << 20
+
+// ErrRulesTooLarge reports a rules document larger than MaxRulesBytes.
+var ErrRulesTooLarge = errors.New("rules document too large")
+
 // LoadRules reads and validates the rules file at path.
 func LoadRules(path string) (*Rules, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadRulesFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRules(path, data)
+}
+
+// ReadRulesFile reads the rules file at path, refusing one larger than
+// MaxRulesBytes (with an error naming the file and the cap, wrapping
+// ErrRulesTooLarge) without reading more than one byte past the cap.
+func ReadRulesFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load rules: %w", err)
 	}
-	return ParseRules(path, data)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxRulesBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("load rules %s: %w", path, err)
+	}
+	if len(data) > MaxRulesBytes {
+		return nil, fmt.Errorf("load rules %s: %w: larger than the cap of %d bytes", path, ErrRulesTooLarge, MaxRulesBytes)
+	}
+	return data, nil
 }
 
 // Limits on names, so a rules file cannot make the daemon hold absurd strings.

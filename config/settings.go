@@ -35,6 +35,12 @@ type Settings struct {
 	// (conditional GET: ETag / If-None-Match, Last-Modified). Exclusive with
 	// RulesPath.
 	RulesURL string
+	// RulesCache, with RulesURL, is a file where every good rules document
+	// the service serves is kept (written atomically, mode 0600), and from
+	// which the daemon takes its rules when the service is down at start.
+	// Empty: no cache; a daemon started with the service down holds no rules
+	// and admits every check until it answers.
+	RulesCache string
 	// RulesPollInterval is how often RulesURL is polled. Default 30s.
 	RulesPollInterval time.Duration
 	// AdminAddr is where the admin HTTP endpoint (/healthz, /readyz,
@@ -69,6 +75,9 @@ type Settings struct {
 	MaxKeys int
 	// MaxKeyLen caps a key's length in bytes. Default 256.
 	MaxKeyLen int
+	// MaxLogBytes caps the bytes sliding logs hold beyond each log's first
+	// entry (see bucket.StoreConfig.MaxLogBytes). Default 64 MiB.
+	MaxLogBytes int64
 	// MaxFrameBytes caps one IPC frame. Default 64 KiB.
 	MaxFrameBytes int
 	// MaxBatch caps the checks in one request. Default 16.
@@ -136,6 +145,7 @@ func DefaultSettings() Settings {
 		NodeName:          host,
 		MaxKeys:           bucket.DefaultMaxKeys,
 		MaxKeyLen:         bucket.DefaultMaxKeyLen,
+		MaxLogBytes:       bucket.DefaultMaxLogBytes,
 		MaxFrameBytes:     DefaultMaxFrameBytes,
 		MaxBatch:          DefaultMaxBatch,
 		MaxConns:          DefaultMaxConns,
@@ -163,12 +173,16 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: a rules file and a rules URL are exclusive; give one")
 	case s.RulesURL != "" && !strings.HasPrefix(s.RulesURL, "http://") && !strings.HasPrefix(s.RulesURL, "https://"):
 		return fmt.Errorf("settings: rules URL %q: want http:// or https://", s.RulesURL)
+	case s.RulesCache != "" && s.RulesURL == "":
+		return fmt.Errorf("settings: a rules cache keeps a rules URL's rules; give a rules URL with it")
 	case s.RulesURL != "" && s.RulesPollInterval <= 0:
 		return fmt.Errorf("settings: rules poll interval must be positive")
 	case s.MaxKeys < 1:
 		return fmt.Errorf("settings: max keys %d must be at least 1", s.MaxKeys)
 	case s.MaxKeyLen < 1 || s.MaxKeyLen > 64<<10:
 		return fmt.Errorf("settings: max key length %d must be in [1, 65536]", s.MaxKeyLen)
+	case s.MaxLogBytes < 0:
+		return fmt.Errorf("settings: max log bytes %d must not be negative (0 takes the default)", s.MaxLogBytes)
 	case s.MaxFrameBytes < 256 || s.MaxFrameBytes > 16<<20:
 		return fmt.Errorf("settings: max frame bytes %d must be in [256, 16 MiB]", s.MaxFrameBytes)
 	case s.MaxBatch < 1 || s.MaxBatch > 1024:

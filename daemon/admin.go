@@ -91,6 +91,12 @@ func newMetrics(d *Daemon) *metrics {
 			func() float64 { return float64(d.server.Stats().Active.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_ipc_peers_refused_total", Help: "Socket connections refused because the peer's uid and gid are not allowed."},
 			func() float64 { return float64(d.server.Stats().PeersRefused.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_log_bytes", Help: "Bytes sliding logs hold beyond each log's first entry, counted against --max-log-bytes."},
+			func() float64 { used, _, _ := d.store.LogStats(); return float64(used) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_log_budget_bytes", Help: "The sliding logs' byte budget (--max-log-bytes)."},
+			func() float64 { _, budget, _ := d.store.LogStats(); return float64(budget) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_log_growth_refused_total", Help: "Times a sliding log could not grow because the budget was spent (the request was admitted and counted in its newest entry)."},
+			func() float64 { _, _, refused := d.store.LogStats(); return float64(refused) }),
 	)
 	return m
 }
@@ -288,6 +294,7 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 		if e := d.lastFetchError.Load(); e != nil {
 			body["rules_url_error"] = *e
 		}
+		d.fallbackView(body)
 	}
 	if !ready {
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -42,7 +42,8 @@ type Daemon struct {
 	rules  atomic.Pointer[ruleSet]
 	syncer *gossip.Syncer // nil when not in a cluster
 
-	loadedDigest []byte // content hash of the rules file New loaded
+	loadedDigest []byte      // content hash of the rules file New loaded
+	fileWriting  atomic.Bool // the watcher saw the rules file modified in place and not yet closed (watch.go)
 
 	metrics         *metrics
 	lastReloadError atomic.Pointer[string]
@@ -50,7 +51,8 @@ type Daemon struct {
 	fetcher        *rulesFetcher // nil unless the rules come from a URL
 	fetchFailing   atomic.Bool
 	lastFetchError atomic.Pointer[string]
-	lastFetchOK    atomic.Int64 // unix seconds of the last answer from the rules service
+	lastFetchOK    atomic.Int64                  // unix seconds of the last answer from the rules service
+	fallback       atomic.Pointer[rulesFallback] // rules in force not from the service; nil once it answered (rulescache.go)
 
 	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
 	namespaces map[string]bucket.Namespace
@@ -101,10 +103,12 @@ func (rs *ruleSet) resolve(name string) (activeRule, int, bool) {
 }
 
 // New builds a daemon: it validates the settings and loads the rules file (or
-// the embedded defaults when Settings.RulesPath is empty). With a rules URL
-// it fetches the rules once (waiting at most rulesFetchTimeout); if the
-// service cannot be reached or serves invalid rules, the daemon starts on the
-// embedded defaults, reports why in /readyz and the log, and keeps polling.
+// the embedded defaults when neither Settings.RulesPath nor RulesURL is set).
+// With a rules URL it fetches the rules once (waiting at most
+// rulesFetchTimeout); if the service cannot be reached or serves invalid
+// rules, the daemon starts on the rules cache (Settings.RulesCache) or,
+// without one, on no rules at all, admitting every check; it reports which
+// in /readyz and the log, and keeps polling (see rulescache.go).
 // It starts no goroutine.
 func New(cfg Config) (*Daemon, error) {
 	if err := cfg.Settings.Validate(); err != nil {
@@ -117,6 +121,9 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.Now = monotonicClock()
 	}
 	rules := config.DefaultRules()
+	if cfg.Settings.RulesURL != "" {
+		rules = nil // the service's, the cache's or none: see startFromURL
+	}
 	var digest []byte
 	if p := cfg.Settings.RulesPath; p != "" {
 		digest = fileDigest(p)
@@ -131,7 +138,7 @@ func New(cfg Config) (*Daemon, error) {
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		store: bucket.NewStore(bucket.StoreConfig{
-			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen,
+			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen, MaxLogBytes: s.MaxLogBytes,
 			TrackConsumption: s.Cluster.Enabled(),
 			EpochBase:        uint64(time.Now().UnixNano()), // grows across restarts
 		}),
@@ -151,10 +158,11 @@ func New(cfg Config) (*Daemon, error) {
 		AllowGIDs:    s.AllowGIDs,
 	}, d)
 	d.metrics = newMetrics(d)
-	d.apply(rules)
 	if s.RulesURL != "" {
 		d.fetcher = newRulesFetcher(s.RulesURL)
-		_ = d.Reload() // logged and reported; the defaults serve meanwhile
+		d.startFromURL() // the service's rules, else the cache's, else none (failing open)
+	} else {
+		d.apply(rules)
 	}
 	if s.Cluster.Enabled() {
 		var err error

@@ -33,7 +33,8 @@ func (d *Daemon) reloadRules() error {
 	var err error
 	switch {
 	case d.fetcher != nil:
-		rules, err = d.reloadFromURL()
+		var body []byte
+		rules, body, err = d.reloadFromURL()
 		var fe *fetchError
 		if errors.As(err, &fe) {
 			return fmt.Errorf("reload: %w", err) // logged and counted as a fetch error
@@ -41,20 +42,59 @@ func (d *Daemon) reloadRules() error {
 		if err == nil && rules == nil {
 			return nil // unchanged
 		}
+		if err := d.commitRules(rules, err); err != nil {
+			return err
+		}
+		d.servedFromURL(body)
+		return nil
 	case d.settings.RulesPath == "":
 		d.log.Info("reload: running on embedded default rules; nothing to re-read")
 		return nil
+	case d.fileWriting.Load():
+		// The watcher saw an in-place writer that has not closed the file:
+		// what is there may be a valid prefix of the new rules. The watcher
+		// loads it once the writer closes it.
+		d.log.Warn("reload: the rules file is being written in place; it will be loaded when the writer closes it", "path", d.settings.RulesPath)
+		return fmt.Errorf("reload: %w", errRulesBeingWritten)
 	default:
 		rules, err = config.LoadRules(d.settings.RulesPath)
 	}
+	return d.commitRules(rules, err)
+}
+
+// errRulesBeingWritten refuses a reload while a writer has the rules file open.
+var errRulesBeingWritten = errors.New("rules file is being written in place; not loaded until the writer closes it")
+
+// reloadFileData puts in force the rules file's content as the watcher read
+// it (once it stood still and no writer held it open), so what was checked
+// is what is parsed.
+func (d *Daemon) reloadFileData(data []byte) error {
+	rules, err := config.ParseRules(d.settings.RulesPath, data)
+	return d.commitRules(rules, err)
+}
+
+// commitRules puts rules in force, or, when err is set, keeps the last good
+// rules and logs, counts and returns err.
+func (d *Daemon) commitRules(rules *config.Rules, err error) error {
 	if err != nil {
-		d.failures.Add(1)
-		d.metrics.reloads.WithLabelValues("error").Inc()
-		msg := err.Error()
-		d.lastReloadError.Store(&msg)
-		d.log.Error("reload failed; keeping the last good rules", "rules_hash", d.Rules().Hash, "error", err)
-		return fmt.Errorf("reload: %w", err)
+		return d.failReload(err)
 	}
+	return d.put(rules)
+}
+
+// failReload logs, counts and returns a reload that failed; the last good
+// rules stay in force.
+func (d *Daemon) failReload(err error) error {
+	d.failures.Add(1)
+	d.metrics.reloads.WithLabelValues("error").Inc()
+	msg := err.Error()
+	d.lastReloadError.Store(&msg)
+	d.log.Error("reload failed; keeping the last good rules", "rules_hash", d.Rules().Hash, "error", err)
+	return fmt.Errorf("reload: %w", err)
+}
+
+// put puts rules in force after a reload and says so.
+func (d *Daemon) put(rules *config.Rules) error {
 	old := d.Rules()
 	d.apply(rules)
 	d.reloads.Add(1)

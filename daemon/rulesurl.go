@@ -23,8 +23,9 @@ import (
 // backoff and full jitter, and the daemon keeps deciding on what it has.
 
 const (
-	// maxRulesBody caps a rules document fetched from the service.
-	maxRulesBody = 4 << 20
+	// maxRulesBody caps a rules document fetched from the service, as
+	// config.ReadRulesFile caps a rules file.
+	maxRulesBody = config.MaxRulesBytes
 	// rulesFetchTimeout bounds one fetch, the first one at start included.
 	rulesFetchTimeout = 5 * time.Second
 	// maxRulesBackoff caps the wait between retries of a failing service
@@ -65,12 +66,15 @@ func newRulesFetcher(url string) *rulesFetcher {
 // error (naming the URL, line and field) when the document is invalid. An
 // invalid document's validators are kept too, so it is reported once, not
 // at every poll.
-func (f *rulesFetcher) fetch(ctx context.Context) (*config.Rules, error) {
+//
+// With the rules it returns the document they were parsed from, for the
+// rules cache.
+func (f *rulesFetcher) fetch(ctx context.Context) (*config.Rules, []byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url, nil)
 	if err != nil {
-		return nil, &fetchError{fmt.Errorf("fetch rules %s: %w", f.url, err)}
+		return nil, nil, &fetchError{fmt.Errorf("fetch rules %s: %w", f.url, err)}
 	}
 	req.Header.Set("Accept", "application/yaml, text/yaml, text/plain;q=0.9, */*;q=0.5")
 	if f.etag != "" {
@@ -81,31 +85,35 @@ func (f *rulesFetcher) fetch(ctx context.Context) (*config.Rules, error) {
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, &fetchError{fmt.Errorf("fetch rules: %w", err)}
+		return nil, nil, &fetchError{fmt.Errorf("fetch rules: %w", err)}
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusNotModified:
-		return nil, errRulesUnchanged
+		return nil, nil, errRulesUnchanged
 	case http.StatusOK:
 	default:
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
-		return nil, &fetchError{fmt.Errorf("fetch rules %s: %s", f.url, resp.Status)}
+		return nil, nil, &fetchError{fmt.Errorf("fetch rules %s: %s", f.url, resp.Status)}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxRulesBody+1))
 	if err != nil {
-		return nil, &fetchError{fmt.Errorf("fetch rules %s: read body: %w", f.url, err)}
+		return nil, nil, &fetchError{fmt.Errorf("fetch rules %s: read body: %w", f.url, err)}
 	}
 	if len(body) > maxRulesBody {
-		return nil, &fetchError{fmt.Errorf("fetch rules %s: document larger than %d bytes", f.url, maxRulesBody)}
+		return nil, nil, &fetchError{fmt.Errorf("fetch rules %s: %w: larger than the cap of %d bytes", f.url, config.ErrRulesTooLarge, maxRulesBody)}
 	}
 	f.etag, f.lastModified = resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
 	sum := sha256.Sum256(body)
 	if bytes.Equal(sum[:], f.digest) {
-		return nil, errRulesUnchanged
+		return nil, nil, errRulesUnchanged
 	}
 	f.digest = sum[:]
-	return config.ParseRules(f.url, body)
+	rules, err := config.ParseRules(f.url, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rules, body, nil
 }
 
 // retryDelay is the wait before retry number failures (1, 2, ...) of a
@@ -153,22 +161,22 @@ func (d *Daemon) pollRules(ctx context.Context) {
 }
 
 // reloadFromURL fetches the rules and reports what Reload should do: apply
-// rules, or nothing (nil, nil) when they are unchanged.
-func (d *Daemon) reloadFromURL() (*config.Rules, error) {
+// rules (parsed from body), or nothing (nil, nil, nil) when they are unchanged.
+func (d *Daemon) reloadFromURL() (*config.Rules, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rulesFetchTimeout)
 	defer cancel()
-	rules, err := d.fetcher.fetch(ctx)
+	rules, body, err := d.fetcher.fetch(ctx)
 	var fe *fetchError
 	switch {
 	case errors.Is(err, errRulesUnchanged):
 		d.noteFetch(nil)
-		return nil, nil
+		return nil, nil, nil
 	case errors.As(err, &fe):
 		d.noteFetch(err)
-		return nil, err
+		return nil, nil, err
 	}
 	d.noteFetch(nil)
-	return rules, err
+	return rules, body, err
 }
 
 // noteFetch records whether the rules service answered.

@@ -161,13 +161,13 @@ func TestRulesURLUnreachableAtStart(t *testing.T) {
 	defer srv.Close()
 
 	d := newURLDaemon(t, srv.URL)
-	if d.Rules().Source != config.DefaultRulesSource {
-		t.Fatalf("started on %q; want the embedded defaults while the service is down", d.Rules().Source)
+	if d.Rules().Source != NoRulesSource || len(d.Rules().ByName) != 0 || d.Rules().UnknownRule != config.UnknownRuleAllow {
+		t.Fatalf("started on %q (%d rules); want no rules, failing open, while the service is down and there is no cache", d.Rules().Source, len(d.Rules().ByName))
 	}
 	var ready map[string]any
 	readyJSON(t, d, &ready)
-	if ready["rules_url_reachable"] != false || !strings.Contains(fmt.Sprint(ready["rules_url_error"]), "500") {
-		t.Errorf("/readyz does not report the unreachable service: %v", ready)
+	if ready["rules_url_reachable"] != false || !strings.Contains(fmt.Sprint(ready["rules_url_error"]), "500") || ready["rules_none_failing_open"] != true {
+		t.Errorf("/readyz does not report the unreachable service and the missing rules: %v", ready)
 	}
 	pollInBackground(t, d)
 	pollUntil(t, "a few retries", func() bool { r, _, _ := svc.counts(); return r >= 3 })

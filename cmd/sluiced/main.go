@@ -37,6 +37,7 @@ func app() *cli.App {
 			&cli.StringSliceFlag{Name: "allow-gid", EnvVars: []string{"SLUICE_ALLOW_GIDS"}, Usage: "serve only clients whose primary group is one of these (gids or names); with --allow-uid, either list admits"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
 			&cli.StringFlag{Name: "rules-url", EnvVars: []string{"SLUICE_RULES_URL"}, Usage: "poll the rules from this HTTP(S) rules service (conditional GET) instead of a file"},
+			&cli.StringFlag{Name: "rules-cache", EnvVars: []string{"SLUICE_RULES_CACHE"}, Usage: "with --rules-url: keep the last good rules here and use them when the service is down at start (without it: no rules, every check admitted)"},
 			&cli.DurationFlag{Name: "rules-poll-interval", Value: def.RulesPollInterval, EnvVars: []string{"SLUICE_RULES_POLL_INTERVAL"}, Usage: "how often --rules-url is polled (failures back off exponentially)"},
 			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off; an address in use is an error"},
 			&cli.StringSliceFlag{Name: "admin-allowed-hosts", EnvVars: []string{"SLUICE_ADMIN_ALLOWED_HOSTS"}, Usage: "further names (HOST or HOST:PORT) the admin endpoint answers to in the Host header, besides its address (and localhost on loopback)"},
@@ -50,6 +51,7 @@ func app() *cli.App {
 			&cli.BoolFlag{Name: "log-json", EnvVars: []string{"SLUICE_LOG_JSON"}, Usage: "log JSON lines"},
 			&cli.IntFlag{Name: "max-keys", Value: def.MaxKeys, EnvVars: []string{"SLUICE_MAX_KEYS"}, Usage: "most buckets held in memory"},
 			&cli.IntFlag{Name: "max-key-len", Value: def.MaxKeyLen, EnvVars: []string{"SLUICE_MAX_KEY_LEN"}, Usage: "longest key accepted, in bytes"},
+			&cli.Int64Flag{Name: "max-log-bytes", Value: def.MaxLogBytes, EnvVars: []string{"SLUICE_MAX_LOG_BYTES"}, Usage: "most bytes sliding logs hold beyond each key's first entry; a log at the budget counts new requests in its newest entry"},
 			&cli.IntFlag{Name: "max-frame", Value: def.MaxFrameBytes, EnvVars: []string{"SLUICE_MAX_FRAME"}, Usage: "largest IPC frame accepted, in bytes"},
 			&cli.IntFlag{Name: "max-batch", Value: def.MaxBatch, EnvVars: []string{"SLUICE_MAX_BATCH"}, Usage: "most checks in one request"},
 			&cli.IntFlag{Name: "max-conns", Value: def.MaxConns, EnvVars: []string{"SLUICE_MAX_CONNS"}, Usage: "most concurrent client connections"},
@@ -87,6 +89,7 @@ func run(c *cli.Context) error {
 	}
 	s.RulesPath = c.String("rules")
 	s.RulesURL = c.String("rules-url")
+	s.RulesCache = c.String("rules-cache")
 	s.RulesPollInterval = c.Duration("rules-poll-interval")
 	s.NoWatch = c.Bool("no-watch")
 	s.Pprof = c.Bool("pprof")
@@ -98,6 +101,7 @@ func run(c *cli.Context) error {
 	s.NodeName = c.String("node-name")
 	s.MaxKeys = c.Int("max-keys")
 	s.MaxKeyLen = c.Int("max-key-len")
+	s.MaxLogBytes = c.Int64("max-log-bytes")
 	s.MaxFrameBytes = c.Int("max-frame")
 	s.MaxBatch = c.Int("max-batch")
 	s.MaxConns = c.Int("max-conns")
