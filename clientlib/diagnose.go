@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/sluicelabs/sluice/ipc"
@@ -64,18 +62,7 @@ func Diagnose(ctx context.Context, opts Options, pathWhy string) Diagnosis {
 	if re := examinePathAs(me, opts.SocketPath, pathWhy); re != nil {
 		problem(re)
 	}
-	abs, err := filepath.Abs(opts.SocketPath)
-	if err != nil {
-		abs = opts.SocketPath
-	}
-	var dirs []string
-	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
-		dirs = append(dirs, dir)
-		if dir == filepath.Dir(dir) {
-			break
-		}
-	}
-	slices.Reverse(dirs)
+	dirs := dirsFromRoot(opts.SocketPath)
 	for _, dir := range dirs {
 		fi, err := os.Stat(dir)
 		if err != nil {
@@ -84,7 +71,7 @@ func Diagnose(ctx context.Context, opts Options, pathWhy string) Diagnosis {
 		}
 		ok, _ := me.may(fi, 0o1)
 		s := DiagnosisStep{Name: "directory " + dir, OK: ok && fi.IsDir(), Found: describe(fi) + yesNo("; this process may search it", ok)}
-		if dir == filepath.Dir(abs) && fi.Mode().Perm()&0o002 != 0 {
+		if dir == dirs[len(dirs)-1] && fi.Mode().Perm()&0o002 != 0 {
 			// Not a failure: the daemon-credentials check below is what
 			// stops an impostor here. But worth knowing.
 			s.Found += "; note: every user may create files here"

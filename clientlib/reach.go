@@ -139,13 +139,12 @@ func octalMode(fi fs.FileInfo) uint32 {
 // nil when nothing visible is wrong. why says where the path came from.
 func examinePath(path, why string) *ReachError { return examinePathAs(self(), path, why) }
 
-// examinePathAs is examinePath for a process running as me.
-func examinePathAs(me identity, path, why string) *ReachError {
+// dirsFromRoot lists the directories on the way to path, the root first.
+func dirsFromRoot(path string) []string {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		abs = path
 	}
-	// Every directory on the way, from the root down, must be searchable.
 	var dirs []string
 	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
 		dirs = append(dirs, d)
@@ -154,7 +153,13 @@ func examinePathAs(me identity, path, why string) *ReachError {
 		}
 	}
 	slices.Reverse(dirs)
-	for _, d := range dirs {
+	return dirs
+}
+
+// examinePathAs is examinePath for a process running as me.
+func examinePathAs(me identity, path, why string) *ReachError {
+	// Every directory on the way, from the root down, must be searchable.
+	for _, d := range dirsFromRoot(path) {
 		fi, err := os.Stat(d)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
