@@ -153,6 +153,7 @@ func New(cfg Config) (*Daemon, error) {
 		AllowGIDs:    s.AllowGIDs,
 	}, d)
 	d.metrics = newMetrics(d)
+	d.metrics.registerIPC(d.server)
 	d.apply(rules)
 	if s.RulesURL != "" {
 		d.fetcher = newRulesFetcher(s.RulesURL)
