@@ -3,6 +3,8 @@ package ipc
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
 	"fmt"
 	"math"
 	"runtime"
@@ -229,12 +231,12 @@ func TestServerMemoryPerIdleConnection(t *testing.T) {
 	for range conns {
 		c := dialRaw(t, ts.path)
 		c.hello()
-		c.send(big)
-		c.expectError(1, CodeKeyTooLong)
 		c.send(pipelined) // a burst of replies grows the reply buffer
 		for id := uint64(2); id < 400; id++ {
 			c.expectReply(id, true)
 		}
+		c.send(big) // last: nothing after it overwrites what refers to it
+		c.expectError(1, CodeKeyTooLong)
 		cs = append(cs, c)
 	}
 	pollUntil(t, "every connection is open", func() bool { return ts.Stats().Active.Load() == conns })
@@ -277,4 +279,32 @@ func TestServerRoundTripAllocatesNothing(t *testing.T) {
 	if allocs := testing.AllocsPerRun(500, roundTrip); allocs != 0 {
 		t.Fatalf("%v allocations per round trip, want 0", allocs)
 	}
+}
+
+// Large frames (beyond the 4 KiB read buffer) are held MaxLargeFrames at
+// a time: while stalled large frames hold every token, another large frame
+// waits in the kernel's buffer; it is answered once a token comes free.
+func TestServerBoundsLargeFramesHeldAtOnce(t *testing.T) {
+	ts := startServer(t, ServerConfig{MaxLargeFrames: 2, FrameTimeout: time.Minute})
+	big := AppendRequest(nil, 1, []Check{{Rule: []byte("api"), Key: bytes.Repeat([]byte("k"), 10<<10), Cost: 1}})
+	stallers := []*rawClient{dialRaw(t, ts.path), dialRaw(t, ts.path)}
+	for _, s := range stallers {
+		s.hello()
+		s.send(big[:6<<10]) // most of a large frame, then nothing
+	}
+	third := dialRaw(t, ts.path)
+	third.hello()
+	// Wait until both stallers hold their tokens before the third asks.
+	pollUntil(t, "the stallers hold every large-frame token", func() bool { return len(ts.large) == 2 })
+	third.send(big)
+	third.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond)) // an absence can only be watched for a while
+	if _, _, err := third.read(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a large frame was read while every token was held: %v", err)
+	}
+	third.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	stallers[0].conn.Close() // gives its token back
+	third.expectError(1, CodeKeyTooLong)
+	// Small frames never wait for a token.
+	third.send(AppendRequest(nil, 2, []Check{check("api", "k")}))
+	third.expectReply(2, true)
 }

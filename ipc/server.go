@@ -64,6 +64,14 @@ type ServerConfig struct {
 	// IdleReap; only when none has is the newcomer refused. So idle,
 	// silent or stalled connections cannot lock clients out. Default 1s.
 	IdleReap time.Duration
+	// MaxLargeFrames bounds the frames larger than a connection's read
+	// buffer (4 KiB) held at once, over all connections; each takes a
+	// buffer of its size (at most MaxFrame) while it arrives and is
+	// answered. A connection whose large frame finds none free waits, the
+	// frame left in the kernel's socket buffer, up to FrameTimeout, and is
+	// then closed with ERROR CodeFrameTooLarge. So a crowd sending large
+	// frames slowly holds at most MaxLargeFrames × MaxFrame. Default 128.
+	MaxLargeFrames int
 	// MaxReportBurst and MaxReportRate bound what clients' REPORTs may add
 	// to the counts of calls decided without the server, over all clients
 	// together: at most MaxReportBurst calls at once and MaxReportRate per
@@ -106,7 +114,9 @@ type Server struct {
 	closing   bool
 	wg        sync.WaitGroup
 
-	base    time.Time // monotonic reference of the connections' idle stamps
+	base    time.Time     // monotonic reference of the connections' idle stamps
+	large   chan struct{} // one token per large frame held (see MaxLargeFrames)
+	done    chan struct{} // closed by Shutdown
 	logs    *logCap
 	reports *reportBudget
 
@@ -123,7 +133,7 @@ type ServerStats struct {
 	Active         atomic.Int64
 	PeersRefused   atomic.Uint64 // connections closed because the peer is not on the allow-list (also counted in Accepted; never counted against MaxConns)
 	Reaped         atomic.Uint64 // idle connections closed at the cap to admit a new client
-	SlowFrames     atomic.Uint64 // connections closed because a frame did not arrive whole within FrameTimeout
+	SlowFrames     atomic.Uint64 // connections closed because a frame did not arrive whole within FrameTimeout (or found no room among MaxLargeFrames in that time)
 	ReportedOpen   atomic.Uint64 // failed-open calls clients reported, as admitted (after clamping)
 	ReportedClosed atomic.Uint64 // failed-closed calls clients reported, as admitted
 	ReportClamped  atomic.Uint64 // reported calls dropped because they exceeded the report budget
@@ -155,6 +165,9 @@ func NewServer(cfg ServerConfig, d Decider) *Server {
 	if cfg.IdleReap <= 0 {
 		cfg.IdleReap = time.Second
 	}
+	if cfg.MaxLargeFrames <= 0 {
+		cfg.MaxLargeFrames = 128
+	}
 	if cfg.MaxReportBurst == 0 {
 		cfg.MaxReportBurst = DefaultMaxReportBurst
 	}
@@ -171,6 +184,8 @@ func NewServer(cfg ServerConfig, d Decider) *Server {
 		conns:     map[*serverConn]struct{}{},
 		lingering: map[net.Conn]struct{}{},
 		base:      now,
+		large:     make(chan struct{}, cfg.MaxLargeFrames),
+		done:      make(chan struct{}),
 		logs:      newLogCap(cfg.LogInterval),
 		reports:   newReportBudget(cfg.MaxReportBurst, cfg.MaxReportRate, now),
 	}
@@ -336,6 +351,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.closing = true
+	close(s.done)
 	if s.listener != nil {
 		s.listener.Close()
 	}
@@ -389,6 +405,7 @@ type serverConn struct {
 	deadline  bool         // a read deadline is set
 	version   uint64       // agreed at the handshake
 	client    string       // the name the client gave, sanitized
+	large     bool         // holds a large-frame token (see MaxLargeFrames)
 	peer      peerCred
 	peerKnown bool
 }
@@ -443,11 +460,12 @@ func (sc *serverConn) setReadDeadline(t time.Time) {
 
 func (sc *serverConn) serve() {
 	defer sc.conn.Close()
+	defer sc.releaseLarge()
 	if !sc.handshake() {
 		return
 	}
 	for {
-		body, inPlace, err := sc.next()
+		body, inPlace, err := sc.next(time.Time{})
 		if err != nil {
 			sc.readFailed(err)
 			return
@@ -455,6 +473,12 @@ func (sc *serverConn) serve() {
 		ok := sc.handle(body)
 		if inPlace > 0 {
 			sc.br.Discard(inPlace)
+		} else {
+			// The frame had a buffer of its own: drop every reference to
+			// it (the decoded checks alias it) so that it is freed now,
+			// not held while the connection idles.
+			clear(sc.req.Checks)
+			sc.releaseLarge()
 		}
 		if !ok {
 			return
@@ -473,6 +497,38 @@ func (sc *serverConn) serve() {
 	}
 }
 
+// errLargeFramesBusy ends a connection whose large frame found no room
+// within FrameTimeout (see MaxLargeFrames).
+var errLargeFramesBusy = errors.New("too many large frames in flight on this server; send smaller requests or retry")
+
+// takeLarge takes one of the MaxLargeFrames tokens, waiting up to d;
+// false if none came free in time or the server is shutting down.
+func (s *Server) takeLarge(d time.Duration) bool {
+	select {
+	case s.large <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case s.large <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-s.done:
+		return false
+	}
+}
+
+// releaseLarge gives back the connection's large-frame token, if it holds one.
+func (sc *serverConn) releaseLarge() {
+	if sc.large {
+		sc.large = false
+		<-sc.s.large
+	}
+}
+
 // errReaped ends a connection closed to admit another at the cap.
 var errReaped = errors.New("closed while idle to admit another client at the connection cap")
 
@@ -481,14 +537,20 @@ var errReaped = errors.New("closed while idle to admit another client at the con
 // body has been used; otherwise body is a buffer of its own. While it waits
 // for a frame to begin the connection is idle (see IdleReap); once a frame
 // has begun, the rest must arrive within FrameTimeout.
-func (sc *serverConn) next() (body []byte, inPlace int, err error) {
+//
+// A non-zero deadline (the handshake's) replaces both: the frame must have
+// arrived whole by then.
+func (sc *serverConn) next(deadline time.Time) (body []byte, inPlace int, err error) {
 	if n, whole := sc.buffered(); whole {
 		return sc.frame(n)
 	}
 	stamp := sc.s.stamp()
 	sc.idleSince.Store(stamp)
+	if !deadline.IsZero() {
+		sc.setReadDeadline(deadline)
+	}
 	if sc.br.Buffered() == 0 {
-		if sc.deadline {
+		if sc.deadline && deadline.IsZero() {
 			sc.setReadDeadline(time.Time{})
 		}
 		if _, err := sc.br.Peek(1); err != nil {
@@ -496,7 +558,12 @@ func (sc *serverConn) next() (body []byte, inPlace int, err error) {
 		}
 	}
 	if _, whole := sc.buffered(); !whole {
-		sc.setReadDeadline(time.Now().Add(sc.s.cfg.FrameTimeout))
+		wait := sc.s.cfg.FrameTimeout
+		if deadline.IsZero() {
+			sc.setReadDeadline(time.Now().Add(wait))
+		} else {
+			wait = min(wait, time.Until(deadline))
+		}
 		hdr, err := sc.br.Peek(4)
 		if err != nil {
 			return nil, 0, sc.wake(stamp, err)
@@ -504,8 +571,15 @@ func (sc *serverConn) next() (body []byte, inPlace int, err error) {
 		if n := binary.BigEndian.Uint32(hdr); n > 0 && uint64(n) <= uint64(sc.s.cfg.MaxFrame) {
 			if int(n) > readBufSize-4 {
 				// Larger than the read buffer: a buffer of its own, dropped
-				// once the frame is answered.
+				// once the frame is answered, and one of MaxLargeFrames.
+				if !sc.s.takeLarge(wait) {
+					return nil, 0, sc.wake(stamp, errLargeFramesBusy)
+				}
+				sc.large = true
 				body, err := ReadFrame(sc.br, nil, sc.s.cfg.MaxFrame)
+				if err != nil {
+					sc.releaseLarge()
+				}
 				return body, 0, sc.wake(stamp, err)
 			}
 			if _, err := sc.br.Peek(4 + int(n)); err != nil {
@@ -560,17 +634,16 @@ func (sc *serverConn) frame(n int) ([]byte, int, error) {
 
 func (sc *serverConn) handshake() bool {
 	cfg := &sc.s.cfg
-	stamp := sc.idleSince.Load()
-	sc.setReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
-	body, err := ReadFrame(sc.br, nil, cfg.MaxFrame)
-	if werr := sc.wake(stamp, nil); werr != nil {
-		err = werr
-	}
+	body, inPlace, err := sc.next(time.Now().Add(cfg.HandshakeTimeout))
 	if err != nil {
 		sc.readFailed(err)
 		return false
 	}
-	h, err := DecodeHello(body)
+	h, err := DecodeHello(body) // copies the name out of body
+	if inPlace > 0 {
+		sc.br.Discard(inPlace)
+	}
+	sc.releaseLarge()
 	if err != nil {
 		sc.fatal(CodeUnexpected, fmt.Sprintf("expected HELLO: %v", err))
 		return false
@@ -744,6 +817,11 @@ func (sc *serverConn) readFailed(err error) {
 	switch {
 	case errors.Is(err, errReaped):
 		sc.out = AppendError(sc.out[:0], &Error{Code: CodeTooManyConns, Message: errReaped.Error()})
+		sc.flush()
+	case errors.Is(err, errLargeFramesBusy):
+		sc.s.stats.SlowFrames.Add(1)
+		sc.s.warn(causeSlowFrame, "closing connection: no room for its large frame in time", "max_large_frames", sc.s.cfg.MaxLargeFrames, "client", sc.client, "uid", sc.uid())
+		sc.out = AppendError(sc.out, &Error{Code: CodeFrameTooLarge, Message: errLargeFramesBusy.Error()})
 		sc.flush()
 	case errors.Is(err, ErrFrameTooLarge):
 		sc.fatal(CodeFrameTooLarge, err.Error())
