@@ -332,7 +332,7 @@ func TestIPCAttackCannotAmplifyLogs(t *testing.T) {
 		var b []byte
 		b = ipc.AppendReport(b, ipc.Report{FailedOpen: 1})
 		b = ipc.AppendRequest(b, 1, []ipc.Check{{Rule: []byte("default"), Key: nil, Cost: 1}}) // empty key: refused
-		b = append(b, 0, 0, 0, 3, 0xc1, 0xc1, 0xc1)                                             // not msgpack: closed
+		b = append(b, 0, 0, 0, 3, 0xc1, 0xc1, 0xc1)                                            // not msgpack: closed
 		r.c.Write(b)
 	}
 	eventually(t, "every bad connection is dealt with", func() bool {
