@@ -55,7 +55,7 @@ func (d *ruleDecider) Decide(checks []Check, results []Result) (bool, error) {
 }
 
 // shortDir returns a directory whose paths fit a Unix socket address.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "sl")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ type testServer struct {
 	done    chan error
 }
 
-func startServer(t *testing.T, cfg ServerConfig) *testServer {
+func startServer(t testing.TB, cfg ServerConfig) *testServer {
 	t.Helper()
 	path := filepath.Join(shortDir(t), "s.sock")
 	l, err := Listen(path, 0o660)
@@ -92,12 +92,12 @@ func startServer(t *testing.T, cfg ServerConfig) *testServer {
 
 // rawClient speaks the protocol by hand so tests can also speak it badly.
 type rawClient struct {
-	t    *testing.T
+	t    testing.TB
 	conn net.Conn
 	br   *bufio.Reader
 }
 
-func dialRaw(t *testing.T, path string) *rawClient {
+func dialRaw(t testing.TB, path string) *rawClient {
 	t.Helper()
 	c, err := net.Dial("unix", path)
 	if err != nil {
