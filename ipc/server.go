@@ -818,6 +818,9 @@ func (sc *serverConn) readFailed(err error) {
 	case errors.Is(err, errReaped):
 		sc.out = AppendError(sc.out[:0], &Error{Code: CodeTooManyConns, Message: errReaped.Error()})
 		sc.flush()
+	case errors.Is(err, errLargeFramesBusy) && sc.stopping.Load():
+		sc.out = AppendError(sc.out, &Error{Code: CodeShuttingDown, Message: "daemon shutting down"})
+		sc.flush()
 	case errors.Is(err, errLargeFramesBusy):
 		sc.s.stats.SlowFrames.Add(1)
 		sc.s.warn(causeSlowFrame, "closing connection: no room for its large frame in time", "max_large_frames", sc.s.cfg.MaxLargeFrames, "client", sc.client, "uid", sc.uid())
