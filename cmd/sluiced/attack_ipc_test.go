@@ -607,3 +607,64 @@ func TestIPCShutdownAndLeaveLogNoErrors(t *testing.T) {
 		}
 	}
 }
+
+// The README's quick start for an unprivileged user: with no flags and no
+// $XDG_RUNTIME_DIR, the daemon serves $TMPDIR/sluice-UID/sluiced.sock in a
+// directory it makes 0750, even under a shared sticky $TMPDIR; if another
+// user made that directory first, it refuses to start and says so.
+func TestIPCDefaultSocketDirIsPrivateForAnUnprivilegedUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run the daemon as another user")
+	}
+	const nobody, other = 65534, 65533
+	tmp := tempDir(t)
+	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil { // a shared $TMPDIR, as /tmp
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(tmp, "sluiced")
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func() *exec.Cmd {
+		cmd := exec.Command(exe, "--admin-addr", "")
+		cmd.Env = []string{"TMPDIR=" + tmp, "PATH=" + os.Getenv("PATH")}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		return cmd
+	}
+	dir := filepath.Join(tmp, fmt.Sprint("sluice-", nobody))
+	sock := filepath.Join(dir, "sluiced.sock")
+
+	cmd := run()
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	eventually(t, "the daemon serves the default socket", func() bool { return strings.Contains(stderr.String(), "socket="+sock) && ipcServed(sock) })
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o750 || st.Sys().(*syscall.Stat_t).Uid != nobody {
+		t.Fatalf("default socket directory: %v (%v), want 0750 owned by uid %d", st.Mode(), err, nobody)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-exited; err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+	}
+
+	// Another user got there first.
+	os.RemoveAll(dir)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(dir, other, other)
+	out, err := run().CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "unsafe socket directory") || !strings.Contains(string(out), fmt.Sprintf("owned by uid %d", other)) {
+		t.Fatalf("with %s made by uid %d first: err %v, output %q; want exit 1 naming the directory and its owner", dir, other, err, out)
+	}
+}
