@@ -276,14 +276,17 @@ func (s *Server) track(c net.Conn) {
 	if s.cfg.checksPeers() && !s.admitPeer(c) {
 		return
 	}
+	peer, peerKnown := peerOf(c) // for logs; a system call, so outside the lock
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		c.Close()
 		return
 	}
+	var victim *serverConn
+	var idle time.Duration
 	if len(s.conns) >= s.cfg.MaxConns {
-		victim, idle := s.reapIdlest()
+		victim, idle = s.reapIdlest()
 		if victim == nil {
 			s.mu.Unlock()
 			s.stats.Rejected.Add(1)
@@ -295,13 +298,15 @@ func (s *Server) track(c net.Conn) {
 		}
 		delete(s.conns, victim)
 		s.stats.Reaped.Add(1)
-		s.warn(causeReaped, "closed the longest-idle connection to admit a new client at the connection cap",
-			"max_conns", s.cfg.MaxConns, "idle", idle.Round(time.Millisecond), "client", victim.client, "uid", victim.uid())
 	}
-	sc := newServerConn(s, c)
+	sc := newServerConn(s, c, peer, peerKnown)
 	s.conns[sc] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if victim != nil {
+		s.warn(causeReaped, "closed the longest-idle connection to admit a new client at the connection cap",
+			"max_conns", s.cfg.MaxConns, "idle", idle.Round(time.Millisecond), "client", victim.client, "uid", victim.uid())
+	}
 	s.stats.Accepted.Add(1)
 	s.stats.Active.Add(1)
 	go func() {
@@ -419,15 +424,16 @@ const (
 	outKeep     = 2 << 10
 )
 
-func newServerConn(s *Server, c net.Conn) *serverConn {
+func newServerConn(s *Server, c net.Conn, peer peerCred, peerKnown bool) *serverConn {
 	sc := &serverConn{
-		s:       s,
-		conn:    c,
-		br:      bufio.NewReaderSize(c, readBufSize),
-		out:     make([]byte, 0, outKeep),
-		results: make([]Result, 0, s.cfg.MaxBatch),
+		s:         s,
+		conn:      c,
+		br:        bufio.NewReaderSize(c, readBufSize),
+		out:       make([]byte, 0, outKeep),
+		results:   make([]Result, 0, s.cfg.MaxBatch),
+		peer:      peer,
+		peerKnown: peerKnown,
 	}
-	sc.peer, sc.peerKnown = peerOf(c)
 	sc.idleSince.Store(s.stamp()) // waiting for HELLO
 	return sc
 }
