@@ -158,6 +158,7 @@ func New(cfg Config) (*Daemon, error) {
 		AllowGIDs:    s.AllowGIDs,
 	}, d)
 	d.metrics = newMetrics(d)
+	d.metrics.registerIPC(d.server)
 	if s.RulesURL != "" {
 		d.fetcher = newRulesFetcher(s.RulesURL)
 		d.startFromURL() // the service's rules, else the cache's, else none (failing open)

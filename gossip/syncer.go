@@ -47,6 +47,7 @@ type Syncer struct {
 	// races with it, so the syncer sends to its own copies. Under mu.
 	peers    map[string]memberlist.Node
 	paused   atomic.Bool
+	leaving  atomic.Bool // set when Leave or Shutdown begins: memberlist's socket errors are then expected
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -135,7 +136,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	mlc.SecretKey, mlc.Keyring = cfg.SecretKey, cfg.Keyring
 	mlc.Delegate = (*delegate)(s)
 	mlc.Events = (*events)(s)
-	mlc.Logger = cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	mlc.Logger = memberlistLog(cfg.Logger.Named("memberlist"), &s.leaving)
 	nt, err := newTransport(cfg.BindAddr, cfg.BindPort, mlc.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: bind %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
@@ -156,6 +157,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		nt.Shutdown()
 		return nil, fmt.Errorf("gossip: start memberlist: %w", err)
 	}
+	nt.open() // only now does memberlist's member list hold this node
 	return s, nil
 }
 
@@ -187,6 +189,7 @@ func (s *Syncer) Join(peers []string) (int, error) { return s.ml.Join(peers) }
 func (s *Syncer) Leave(timeout time.Duration) error {
 	var err error
 	s.stopOnce.Do(func() {
+		s.leaving.Store(true)
 		close(s.stop)
 		s.wg.Wait()
 		err = s.ml.Leave(timeout)
@@ -201,6 +204,7 @@ func (s *Syncer) Leave(timeout time.Duration) error {
 func (s *Syncer) Shutdown() error {
 	var err error
 	s.stopOnce.Do(func() {
+		s.leaving.Store(true)
 		close(s.stop)
 		s.wg.Wait()
 		err = s.ml.Shutdown()

@@ -19,7 +19,52 @@ func newTestTransport(t *testing.T) *transport {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Shutdown() })
+	tr.open()
 	return tr
+}
+
+// Nothing received reaches memberlist before open: a join answered while
+// memberlist was starting would be told of no one (see transport.open).
+func TestTransportHoldsWhatItReceivesUntilOpen(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown()
+	sender, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Shutdown()
+	if _, err := sender.WriteTo([]byte("early"), addrOf(tr)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", addrOf(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-tr.PacketCh():
+		t.Fatal("a packet was handed on before open")
+	case <-tr.StreamCh():
+		t.Fatal("a stream was handed on before open")
+	case <-time.After(100 * time.Millisecond): // an absence can only be watched for a while
+	}
+	tr.open()
+	for _, what := range []string{"packet", "stream"} {
+		select {
+		case p := <-tr.PacketCh():
+			if string(p.Buf) != "early" {
+				t.Fatalf("packet %q", p.Buf)
+			}
+		case s := <-tr.StreamCh():
+			s.Close()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s after open", what)
+		}
+	}
 }
 
 func addrOf(tr *transport) string { return "127.0.0.1:" + strconv.Itoa(tr.Port()) }

@@ -66,4 +66,23 @@
 // CodePeerRefused as its first frame, without waiting for HELLO, to a
 // client whose uid and gid are not allowed, and then closes the connection.
 // Codes are listed under ErrorCode.
+//
+// # Limits a server enforces
+//
+// A frame, once its first byte has arrived, must arrive whole within the
+// server's frame timeout (ServerConfig.FrameTimeout, 5 s by default); HELLO
+// within the handshake timeout. A client that stalls mid-frame is closed
+// without a reply. Between frames a connection may stay idle as long as it
+// likes, except that a server at its connection cap closes the connection
+// that has waited longest for its next frame (or its HELLO), if it has
+// waited at least ServerConfig.IdleReap (1 s by default), to admit a new
+// one: that connection is sent ERROR CodeTooManyConns with id 0, then
+// closed, and a client reconnects. Only when no connection has been idle
+// that long is the newcomer refused with CodeTooManyConns. Frames larger
+// than 4 KiB are read a bounded number at a time (ServerConfig.MaxLargeFrames):
+// a large frame may wait for its turn, within the frame timeout. A server
+// keeps at most 64 bytes of a HELLO's client_name (for its logs). What
+// REPORTs add to the server's counts is bounded over all clients together
+// (ServerConfig.MaxReportBurst and MaxReportRate); the excess is dropped
+// and counted as such.
 package ipc

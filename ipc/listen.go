@@ -24,8 +24,12 @@ const maxSocketPath = 107
 // a daemon still answers is refused with ErrSocketInUse; a path holding
 // anything other than a socket is never removed. The socket is created under a
 // temporary name, given its permissions, then renamed into place, so there is
-// no moment at which it is reachable with looser permissions. Missing parent
-// directories are created (0755). Closing the listener does not remove the
+// no moment at which it is reachable with looser permissions. A missing
+// socket directory is created 0750 (its missing parents 0755). A directory
+// another local user could use to replace the socket is refused with
+// ErrUnsafeSocketDir before anything is made in it (see checkSocketDir):
+// it must be owned by the daemon's user or root and writable by no one
+// else, and its ancestors may be writable by others only if sticky. Closing the listener does not remove the
 // file: the Server removes it on shutdown, and only if it is still its own.
 // A path too long for a socket address is refused before anything is made.
 func Listen(path string, mode fs.FileMode) (*net.UnixListener, error) {
@@ -34,8 +38,11 @@ func Listen(path string, mode fs.FileMode) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("listen %s: path too long: a Unix socket address holds %d bytes, and this path (with the temporary name it is created under) needs %d; choose a shorter --socket",
 			path, maxSocketPath, len(tmp))
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := makeSocketDir(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("listen %s: create directory: %w", path, err)
+	}
+	if err := checkSocketDir(filepath.Dir(path), os.Geteuid()); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&fs.ModeSocket == 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"time"
 )
@@ -31,41 +32,72 @@ func (cfg *ServerConfig) allows(p peerCred) bool {
 // its client can read the ERROR.
 const refusedLinger = time.Second
 
-// admitPeer checks the peer against the allow-lists. A refused peer (or one
-// whose credentials cannot be read) is sent an ERROR CodePeerRefused, and
-// false tells the caller to close the connection.
-func (sc *serverConn) admitPeer() bool {
-	p, err := readPeerCred(sc.conn)
+// maxLingering bounds the refused connections kept open at once to let
+// their clients read the ERROR; beyond it a refused connection is closed as
+// soon as the ERROR is written.
+const maxLingering = 64
+
+// peerOf reads the peer's credentials for attribution in logs.
+func peerOf(c net.Conn) (peerCred, bool) {
+	if !PeerCredSupported {
+		return peerCred{}, false
+	}
+	p, err := readPeerCred(c)
+	return p, err == nil
+}
+
+// admitPeer checks a new connection's peer against the allow-lists, before
+// the connection counts against MaxConns. A refused peer (or one whose
+// credentials cannot be read) is sent an ERROR CodePeerRefused and closed,
+// after lingering in a bounded set so its client can read it; false tells
+// the caller the connection is taken care of.
+func (s *Server) admitPeer(c net.Conn) bool {
+	p, err := readPeerCred(c)
 	var msg string
 	switch {
 	case err != nil:
-		sc.s.cfg.Logger.Warn("connection refused: peer credentials unreadable", "error", err)
+		s.warn(causePeerRefused, "connection refused: peer credentials unreadable", "error", err)
 		msg = fmt.Sprintf("peer credentials unreadable: %v", err)
-	case sc.s.cfg.allows(p):
+	case s.cfg.allows(p):
 		return true
 	default:
-		sc.s.cfg.Logger.Warn("connection refused: peer not allowed", "pid", p.PID, "uid", p.UID, "gid", p.GID)
+		s.warn(causePeerRefused, "connection refused: peer not allowed", "pid", p.PID, "uid", p.UID, "gid", p.GID)
 		msg = fmt.Sprintf("uid %d gid %d not allowed", p.UID, p.GID)
 	}
-	sc.s.stats.PeersRefused.Add(1)
-	sc.out = AppendError(sc.out, &Error{Code: CodePeerRefused, Message: msg})
-	if sc.flush() == nil {
-		sc.linger()
+	s.stats.Accepted.Add(1)
+	s.stats.PeersRefused.Add(1)
+	// A fresh socket's send buffer is empty: this write does not wait.
+	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := c.Write(AppendError(nil, &Error{Code: CodePeerRefused, Message: msg})); err != nil {
+		c.Close()
+		return false
 	}
-	return false
-}
-
-// linger half-closes the connection and discards what the client sends until
-// it closes, for at most refusedLinger. A client that writes HELLO before it
-// reads (as all do) thus reads the ERROR instead of failing its write on a
-// socket already closed.
-func (sc *serverConn) linger() {
-	if cw, ok := sc.conn.(interface{ CloseWrite() error }); ok {
+	// Half-close and bound the linger before Shutdown can see the
+	// connection, so Shutdown's deadline (now) is the one that holds.
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	sc.conn.SetReadDeadline(time.Now().Add(min(sc.s.cfg.HandshakeTimeout, refusedLinger)))
-	if sc.stopping.Load() { // Shutdown: do not wait
-		sc.conn.SetReadDeadline(time.Now())
+	c.SetReadDeadline(time.Now().Add(min(s.cfg.HandshakeTimeout, refusedLinger)))
+	s.mu.Lock()
+	if s.closing || len(s.lingering) >= maxLingering {
+		s.mu.Unlock()
+		c.Close()
+		return false
 	}
-	io.Copy(io.Discard, io.LimitReader(sc.conn, 64<<10))
+	s.lingering[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		// Discard what the client sends until it closes or the deadline
+		// passes: a client that writes HELLO before it reads (as all do)
+		// thus reads the ERROR instead of failing its write on a socket
+		// already closed.
+		io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+		c.Close()
+		s.mu.Lock()
+		delete(s.lingering, c)
+		s.mu.Unlock()
+	}()
+	return false
 }

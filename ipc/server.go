@@ -3,9 +3,11 @@ package ipc
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -52,7 +54,38 @@ type ServerConfig struct {
 	MaxConns         int           // default 4096
 	HandshakeTimeout time.Duration // time allowed to send HELLO; default 5s
 	WriteTimeout     time.Duration // time a reply may wait on a client that does not read; default 5s
-	Logger           Logger        // default: discard
+	// FrameTimeout is the time a frame, once begun, has to arrive whole; a
+	// client that sends part of a frame and stalls (slow loris) is closed
+	// after it. Default 5s.
+	FrameTimeout time.Duration
+	// IdleReap: when a client connects while MaxConns connections are
+	// open, the connection that has waited longest for its next frame (or
+	// its HELLO) is closed to make room, if it has waited at least
+	// IdleReap; only when none has is the newcomer refused. So idle,
+	// silent or stalled connections cannot lock clients out. Default 1s.
+	IdleReap time.Duration
+	// MaxLargeFrames bounds the frames larger than a connection's read
+	// buffer (4 KiB) held at once, over all connections; each takes a
+	// buffer of its size (at most MaxFrame) while it arrives and is
+	// answered. A connection whose large frame finds none free waits, the
+	// frame left in the kernel's socket buffer, up to FrameTimeout, and is
+	// then closed with ERROR CodeFrameTooLarge. So a crowd sending large
+	// frames slowly holds at most MaxLargeFrames × MaxFrame. Default 128.
+	MaxLargeFrames int
+	// MaxReportBurst and MaxReportRate bound what clients' REPORTs may add
+	// to the counts of calls decided without the server, over all clients
+	// together: at most MaxReportBurst calls at once and MaxReportRate per
+	// second after that; claims beyond are clamped (and counted in
+	// ServerStats.ReportClamped). Defaults DefaultMaxReportBurst and
+	// DefaultMaxReportRate.
+	MaxReportBurst uint64
+	MaxReportRate  uint64
+	// LogInterval: each kind of event a client can cause (a refused
+	// connection, a protocol error, a reaped connection, a report...) is
+	// logged at most once per LogInterval, with the count of events the
+	// line stands for. Default 10s.
+	LogInterval time.Duration
+	Logger      Logger // default: discard
 
 	// AllowUIDs and AllowGIDs restrict who may connect. When either is
 	// non-empty, the peer's credentials are read once per connection with
@@ -72,13 +105,20 @@ type Server struct {
 	cfg     ServerConfig
 	decider Decider
 
-	mu       sync.Mutex
-	listener net.Listener
-	path     string
-	pathInfo os.FileInfo
-	conns    map[*serverConn]struct{}
-	closing  bool
-	wg       sync.WaitGroup
+	mu        sync.Mutex
+	listener  net.Listener
+	path      string
+	pathInfo  os.FileInfo
+	conns     map[*serverConn]struct{}
+	lingering map[net.Conn]struct{} // refused peers reading their ERROR; not counted against MaxConns
+	closing   bool
+	wg        sync.WaitGroup
+
+	base    time.Time     // monotonic reference of the connections' idle stamps
+	large   chan struct{} // one token per large frame held (see MaxLargeFrames)
+	done    chan struct{} // closed by Shutdown
+	logs    *logCap
+	reports *reportBudget
 
 	stats ServerStats
 }
@@ -91,7 +131,12 @@ type ServerStats struct {
 	RequestErrors  atomic.Uint64 // requests refused with an ERROR
 	ProtocolErrors atomic.Uint64 // connections closed for malformed input
 	Active         atomic.Int64
-	PeersRefused   atomic.Uint64 // connections closed because the peer is not on the allow-list (also counted in Accepted)
+	PeersRefused   atomic.Uint64 // connections closed because the peer is not on the allow-list (also counted in Accepted; never counted against MaxConns)
+	Reaped         atomic.Uint64 // idle connections closed at the cap to admit a new client
+	SlowFrames     atomic.Uint64 // connections closed because a frame did not arrive whole within FrameTimeout (or found no room among MaxLargeFrames in that time)
+	ReportedOpen   atomic.Uint64 // failed-open calls clients reported, as admitted (after clamping)
+	ReportedClosed atomic.Uint64 // failed-closed calls clients reported, as admitted
+	ReportClamped  atomic.Uint64 // reported calls dropped because they exceeded the report budget
 }
 
 // NewServer returns a server that asks d for decisions.
@@ -114,12 +159,64 @@ func NewServer(cfg ServerConfig, d Decider) *Server {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 5 * time.Second
 	}
+	if cfg.FrameTimeout <= 0 {
+		cfg.FrameTimeout = 5 * time.Second
+	}
+	if cfg.IdleReap <= 0 {
+		cfg.IdleReap = time.Second
+	}
+	if cfg.MaxLargeFrames <= 0 {
+		cfg.MaxLargeFrames = 128
+	}
+	if cfg.MaxReportBurst == 0 {
+		cfg.MaxReportBurst = DefaultMaxReportBurst
+	}
+	if cfg.MaxReportRate == 0 {
+		cfg.MaxReportRate = DefaultMaxReportRate
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = nopLogger{}
 	}
 	cfg.AllowUIDs, cfg.AllowGIDs = slices.Clone(cfg.AllowUIDs), slices.Clone(cfg.AllowGIDs)
-	return &Server{cfg: cfg, decider: d, conns: map[*serverConn]struct{}{}}
+	now := time.Now()
+	return &Server{
+		cfg: cfg, decider: d,
+		conns:     map[*serverConn]struct{}{},
+		lingering: map[net.Conn]struct{}{},
+		base:      now,
+		large:     make(chan struct{}, cfg.MaxLargeFrames),
+		done:      make(chan struct{}),
+		logs:      newLogCap(cfg.LogInterval),
+		reports:   newReportBudget(cfg.MaxReportBurst, cfg.MaxReportRate, now),
+	}
 }
+
+// warn logs a line for an event of cause c unless that cause was logged
+// within the log interval; a line that stands for more than one event says
+// how many (events=N since the cause's previous line).
+func (s *Server) warn(c logCause, msg string, args ...interface{}) {
+	if ok, n := s.logs.allow(c); ok {
+		s.cfg.Logger.Warn(msg, withEvents(args, n)...)
+	}
+}
+
+// debug is warn at debug level.
+func (s *Server) debug(c logCause, msg string, args ...interface{}) {
+	if ok, n := s.logs.allow(c); ok {
+		s.cfg.Logger.Debug(msg, withEvents(args, n)...)
+	}
+}
+
+func withEvents(args []interface{}, n uint64) []interface{} {
+	if n <= 1 {
+		return args
+	}
+	return append(args, "events", n)
+}
+
+// stamp is now as a connection's idle stamp: nanoseconds since s.base, never
+// 0 or negative (which mean busy and reaped).
+func (s *Server) stamp() int64 { return int64(time.Since(s.base)) + 1 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() *ServerStats { return &s.stats }
@@ -156,7 +253,7 @@ func (s *Server) Serve(l net.Listener, path string) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.cfg.Logger.Warn("accept failed; retrying", "error", err, "backoff", backoff)
+				s.warn(causeAccept, "accept failed; retrying", "error", err, "backoff", backoff)
 				time.Sleep(backoff)
 				continue
 			}
@@ -174,25 +271,42 @@ func isTemporary(err error) bool {
 }
 
 func (s *Server) track(c net.Conn) {
+	// A peer the allow-list refuses is answered and closed without taking
+	// a slot: a refused user hammering the socket cannot lock anyone out.
+	if s.cfg.checksPeers() && !s.admitPeer(c) {
+		return
+	}
+	peer, peerKnown := peerOf(c) // for logs; a system call, so outside the lock
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		c.Close()
 		return
 	}
+	var victim *serverConn
+	var idle time.Duration
 	if len(s.conns) >= s.cfg.MaxConns {
-		s.mu.Unlock()
-		s.stats.Rejected.Add(1)
-		s.cfg.Logger.Warn("connection refused: at connection cap", "max_conns", s.cfg.MaxConns)
-		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		c.Write(AppendError(nil, &Error{Code: CodeTooManyConns, Message: fmt.Sprintf("server at its cap of %d connections", s.cfg.MaxConns)}))
-		c.Close()
-		return
+		victim, idle = s.reapIdlest()
+		if victim == nil {
+			s.mu.Unlock()
+			s.stats.Rejected.Add(1)
+			s.warn(causeAtCap, "connection refused: at connection cap, and no connection idle for long enough to close", "max_conns", s.cfg.MaxConns, "idle_reap", s.cfg.IdleReap)
+			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			c.Write(AppendError(nil, &Error{Code: CodeTooManyConns, Message: fmt.Sprintf("server at its cap of %d connections", s.cfg.MaxConns)}))
+			c.Close()
+			return
+		}
+		delete(s.conns, victim)
+		s.stats.Reaped.Add(1)
 	}
-	sc := newServerConn(s, c)
+	sc := newServerConn(s, c, peer, peerKnown)
 	s.conns[sc] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if victim != nil {
+		s.warn(causeReaped, "closed the longest-idle connection to admit a new client at the connection cap",
+			"max_conns", s.cfg.MaxConns, "idle", idle.Round(time.Millisecond), "client", victim.client, "uid", victim.uid())
+	}
 	s.stats.Accepted.Add(1)
 	s.stats.Active.Add(1)
 	go func() {
@@ -203,6 +317,31 @@ func (s *Server) track(c net.Conn) {
 		delete(s.conns, sc)
 		s.mu.Unlock()
 	}()
+}
+
+// reapIdlest marks for closing the connection that has waited longest for
+// its next frame, if it has waited at least IdleReap, and returns it and how
+// long it waited. Its goroutine sends it ERROR CodeTooManyConns and closes
+// it. s.mu must be held.
+func (s *Server) reapIdlest() (*serverConn, time.Duration) {
+	now := s.stamp()
+	for range 4 { // a candidate may turn busy under us; try the next
+		var victim *serverConn
+		var oldest int64
+		for sc := range s.conns {
+			if v := sc.idleSince.Load(); v > 0 && now-v >= int64(s.cfg.IdleReap) && (victim == nil || v < oldest) {
+				victim, oldest = sc, v
+			}
+		}
+		if victim == nil {
+			return nil, 0
+		}
+		if victim.idleSince.CompareAndSwap(oldest, reaped) {
+			victim.conn.SetReadDeadline(time.Now()) // wake its pending read
+			return victim, time.Duration(now - oldest)
+		}
+	}
+	return nil, 0
 }
 
 // Shutdown stops accepting, answers every request already received on every
@@ -217,6 +356,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	s.closing = true
+	close(s.done)
 	if s.listener != nil {
 		s.listener.Close()
 	}
@@ -227,6 +367,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for sc := range s.conns {
 		sc.stop()
+	}
+	for c := range s.lingering {
+		c.SetReadDeadline(time.Now())
 	}
 	s.mu.Unlock()
 
@@ -249,28 +392,58 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // serverConn is one client connection, served by one goroutine that reads a
 // frame, decides, appends the reply, and flushes when no further request is
 // already buffered — so pipelined requests are answered in batched writes.
+//
+// Memory: an idle connection holds its read buffer (readBufSize), its
+// reply buffer shrunk back to outKeep, its results and its goroutine. A
+// frame that fits the read buffer is decoded in place; a larger one gets a
+// buffer of its own, dropped once it is answered, and a reply buffer grown
+// by a burst of pipelined replies is dropped when the connection goes idle.
 type serverConn struct {
-	s        *Server
-	conn     net.Conn
-	br       *bufio.Reader
-	out      []byte
-	frame    []byte
-	req      Request
-	results  []Result
-	stopping atomic.Bool
-	version  uint64 // agreed at the handshake
-	client   string // the name the client gave
+	s         *Server
+	conn      net.Conn
+	br        *bufio.Reader
+	out       []byte
+	req       Request
+	results   []Result
+	stopping  atomic.Bool
+	idleSince atomic.Int64 // Server.stamp when the connection began to wait for a frame; 0 while busy; reaped
+	deadline  bool         // a read deadline is set
+	version   uint64       // agreed at the handshake
+	client    string       // the name the client gave, sanitized
+	large     bool         // holds a large-frame token (see MaxLargeFrames)
+	peer      peerCred
+	peerKnown bool
 }
 
-func newServerConn(s *Server, c net.Conn) *serverConn {
-	return &serverConn{
-		s:       s,
-		conn:    c,
-		br:      bufio.NewReaderSize(c, 16<<10),
-		out:     make([]byte, 0, 16<<10),
-		frame:   make([]byte, 0, 1024),
-		results: make([]Result, 0, s.cfg.MaxBatch),
+// reaped is idleSince of a connection closed to admit another at the cap.
+const reaped = -1
+
+// Buffer sizes of a connection (see serverConn).
+const (
+	readBufSize = 4 << 10
+	outKeep     = 2 << 10
+)
+
+func newServerConn(s *Server, c net.Conn, peer peerCred, peerKnown bool) *serverConn {
+	sc := &serverConn{
+		s:         s,
+		conn:      c,
+		br:        bufio.NewReaderSize(c, readBufSize),
+		out:       make([]byte, 0, outKeep),
+		results:   make([]Result, 0, s.cfg.MaxBatch),
+		peer:      peer,
+		peerKnown: peerKnown,
 	}
+	sc.idleSince.Store(s.stamp()) // waiting for HELLO
+	return sc
+}
+
+// uid is the peer's uid for logs, or -1 when unknown.
+func (sc *serverConn) uid() int64 {
+	if !sc.peerKnown {
+		return -1
+	}
+	return int64(sc.peer.UID)
 }
 
 // stop makes the connection finish: a pending read returns at once, and the
@@ -280,44 +453,203 @@ func (sc *serverConn) stop() {
 	sc.conn.SetReadDeadline(time.Now())
 }
 
+// setReadDeadline sets the read deadline, unless Shutdown or a reap wants
+// the pending read to end now.
+func (sc *serverConn) setReadDeadline(t time.Time) {
+	sc.conn.SetReadDeadline(t)
+	sc.deadline = !t.IsZero()
+	if sc.stopping.Load() || sc.idleSince.Load() == reaped {
+		sc.conn.SetReadDeadline(time.Now())
+		sc.deadline = true
+	}
+}
+
 func (sc *serverConn) serve() {
 	defer sc.conn.Close()
-	if sc.s.cfg.checksPeers() && !sc.admitPeer() {
-		return
-	}
+	defer sc.releaseLarge()
 	if !sc.handshake() {
 		return
 	}
 	for {
-		body, err := ReadFrame(sc.br, sc.frame, sc.s.cfg.MaxFrame)
-		sc.frame = body[:0]
+		body, inPlace, err := sc.next(time.Time{})
 		if err != nil {
 			sc.readFailed(err)
 			return
 		}
-		if !sc.handle(body) {
+		ok := sc.handle(body)
+		if inPlace > 0 {
+			sc.br.Discard(inPlace)
+		} else {
+			// The frame had a buffer of its own: drop every reference to
+			// it (the decoded checks alias it) so that it is freed now,
+			// not held while the connection idles.
+			clear(sc.req.Checks)
+			sc.releaseLarge()
+		}
+		if !ok {
 			return
 		}
 		// Flush when the client has nothing more queued, or when a client
 		// that pipelines without pause has accumulated a buffer's worth.
-		if sc.br.Buffered() == 0 || len(sc.out) >= flushThreshold {
+		if idle := sc.br.Buffered() == 0; idle || len(sc.out) >= flushThreshold {
 			if err := sc.flush(); err != nil {
 				sc.s.cfg.Logger.Debug("closing connection: write failed", "error", err)
 				return
+			}
+			if idle && cap(sc.out) > outKeep {
+				sc.out = make([]byte, 0, outKeep) // a burst's buffer is not kept while idle
 			}
 		}
 	}
 }
 
+// errLargeFramesBusy ends a connection whose large frame found no room
+// within FrameTimeout (see MaxLargeFrames).
+var errLargeFramesBusy = errors.New("too many large frames in flight on this server; send smaller requests or retry")
+
+// takeLarge takes one of the MaxLargeFrames tokens, waiting up to d;
+// false if none came free in time or the server is shutting down.
+func (s *Server) takeLarge(d time.Duration) bool {
+	select {
+	case s.large <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case s.large <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-s.done:
+		return false
+	}
+}
+
+// releaseLarge gives back the connection's large-frame token, if it holds one.
+func (sc *serverConn) releaseLarge() {
+	if sc.large {
+		sc.large = false
+		<-sc.s.large
+	}
+}
+
+// errReaped ends a connection closed to admit another at the cap.
+var errReaped = errors.New("closed while idle to admit another client at the connection cap")
+
+// next returns the next frame's body. When the frame lies whole in the read
+// buffer, body aliases it and inPlace is the number of bytes to discard once
+// body has been used; otherwise body is a buffer of its own. While it waits
+// for a frame to begin the connection is idle (see IdleReap); once a frame
+// has begun, the rest must arrive within FrameTimeout.
+//
+// A non-zero deadline (the handshake's) replaces both: the frame must have
+// arrived whole by then.
+func (sc *serverConn) next(deadline time.Time) (body []byte, inPlace int, err error) {
+	if n, whole := sc.buffered(); whole {
+		return sc.frame(n)
+	}
+	stamp := sc.s.stamp()
+	sc.idleSince.Store(stamp)
+	if !deadline.IsZero() {
+		sc.setReadDeadline(deadline)
+	}
+	if sc.br.Buffered() == 0 {
+		if sc.deadline && deadline.IsZero() {
+			sc.setReadDeadline(time.Time{})
+		}
+		if _, err := sc.br.Peek(1); err != nil {
+			return nil, 0, sc.wake(stamp, err)
+		}
+	}
+	if _, whole := sc.buffered(); !whole {
+		wait := sc.s.cfg.FrameTimeout
+		if deadline.IsZero() {
+			sc.setReadDeadline(time.Now().Add(wait))
+		} else {
+			wait = min(wait, time.Until(deadline))
+		}
+		hdr, err := sc.br.Peek(4)
+		if err != nil {
+			return nil, 0, sc.wake(stamp, err)
+		}
+		if n := binary.BigEndian.Uint32(hdr); n > 0 && uint64(n) <= uint64(sc.s.cfg.MaxFrame) {
+			if int(n) > readBufSize-4 {
+				// Larger than the read buffer: a buffer of its own, dropped
+				// once the frame is answered, and one of MaxLargeFrames.
+				if !sc.s.takeLarge(wait) {
+					return nil, 0, sc.wake(stamp, errLargeFramesBusy)
+				}
+				sc.large = true
+				body, err := ReadFrame(sc.br, nil, sc.s.cfg.MaxFrame)
+				if err != nil {
+					sc.releaseLarge()
+				}
+				return body, 0, sc.wake(stamp, err)
+			}
+			if _, err := sc.br.Peek(4 + int(n)); err != nil {
+				return nil, 0, sc.wake(stamp, err)
+			}
+		}
+	}
+	if err := sc.wake(stamp, nil); err != nil {
+		return nil, 0, err
+	}
+	n, _ := sc.buffered()
+	return sc.frame(n)
+}
+
+// wake ends the idle wait that began at stamp: a connection reaped meanwhile
+// returns errReaped whatever it read.
+func (sc *serverConn) wake(stamp int64, err error) error {
+	if !sc.idleSince.CompareAndSwap(stamp, 0) {
+		return errReaped
+	}
+	return err
+}
+
+// buffered reports the length of the frame at the head of the read buffer
+// (0 if its header has not arrived), and whether it lies there whole — or
+// is bad enough (empty, or above MaxFrame) for frame to refuse at once.
+func (sc *serverConn) buffered() (int, bool) {
+	b, _ := sc.br.Peek(sc.br.Buffered())
+	if len(b) < 4 {
+		return 0, false
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n == 0 || uint64(n) > uint64(sc.s.cfg.MaxFrame) {
+		return 0, true
+	}
+	return int(n), len(b)-4 >= int(n)
+}
+
+// frame returns the frame of n bytes lying whole in the read buffer (n 0:
+// a bad header, which ReadFrame refuses).
+func (sc *serverConn) frame(n int) ([]byte, int, error) {
+	if n == 0 {
+		_, err := ReadFrame(sc.br, nil, sc.s.cfg.MaxFrame)
+		return nil, 0, err
+	}
+	b, err := sc.br.Peek(4 + n)
+	if err != nil {
+		return nil, 0, err
+	}
+	return b[4:], 4 + n, nil
+}
+
 func (sc *serverConn) handshake() bool {
 	cfg := &sc.s.cfg
-	sc.conn.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
-	body, err := ReadFrame(sc.br, sc.frame, cfg.MaxFrame)
+	body, inPlace, err := sc.next(time.Now().Add(cfg.HandshakeTimeout))
 	if err != nil {
 		sc.readFailed(err)
 		return false
 	}
-	h, err := DecodeHello(body)
+	h, err := DecodeHello(body) // copies the name out of body
+	if inPlace > 0 {
+		sc.br.Discard(inPlace)
+	}
+	sc.releaseLarge()
 	if err != nil {
 		sc.fatal(CodeUnexpected, fmt.Sprintf("expected HELLO: %v", err))
 		return false
@@ -329,8 +661,8 @@ func (sc *serverConn) handshake() bool {
 	if sc.stopping.Load() {
 		return false
 	}
-	sc.conn.SetReadDeadline(time.Time{})
-	sc.version, sc.client = min(h.Version, ProtocolVersion), h.Client
+	sc.setReadDeadline(time.Time{})
+	sc.version, sc.client = min(h.Version, ProtocolVersion), sanitize(h.Client)
 	sc.out = AppendWelcome(sc.out, Welcome{
 		Version:   sc.version,
 		Server:    cfg.Name,
@@ -338,9 +670,6 @@ func (sc *serverConn) handshake() bool {
 		MaxBatch:  uint64(cfg.MaxBatch),
 		MaxKeyLen: uint64(cfg.MaxKeyLen),
 	})
-	if sc.stopping.Load() { // stop() may have run before the deadline was cleared
-		sc.conn.SetReadDeadline(time.Now())
-	}
 	return sc.flush() == nil
 }
 
@@ -360,9 +689,7 @@ func (sc *serverConn) handle(body []byte) bool {
 			sc.fatal(CodeMalformed, err.Error())
 			return false
 		}
-		if rep, ok := sc.s.decider.(Reporter); ok {
-			rep.ClientReport(sc.client, r)
-		}
+		sc.report(r)
 		return true
 	}
 	if typ != MsgCheck {
@@ -408,6 +735,54 @@ func (sc *serverConn) handle(body []byte) bool {
 	return true
 }
 
+// report takes a client's REPORT: what the report budget admits of it goes
+// to the Reporter, the rest is counted as clamped; both are logged at most
+// once per log interval, attributed to the client's name and uid.
+func (sc *serverConn) report(r Report) {
+	st := &sc.s.stats
+	got := sc.s.reports.take(r, time.Now())
+	st.ReportedOpen.Add(got.FailedOpen)
+	st.ReportedClosed.Add(got.FailedClosed)
+	if got != r {
+		dropped := (r.FailedOpen - got.FailedOpen) + (r.FailedClosed - got.FailedClosed)
+		saturatingAdd(&st.ReportClamped, dropped)
+		sc.s.warn(causeReportClamped, "client report exceeds the report budget; the excess is not counted",
+			"client", sc.client, "uid", sc.uid(), "pid", sc.pid(), "claimed_open", r.FailedOpen, "claimed_closed", r.FailedClosed,
+			"dropped", dropped, "clamped_total", st.ReportClamped.Load())
+	}
+	if got.FailedOpen+got.FailedClosed > 0 {
+		sc.s.warn(causeReport, "clients decided calls without the daemon",
+			"client", sc.client, "uid", sc.uid(), "failed_open", got.FailedOpen, "failed_closed", got.FailedClosed,
+			"failed_open_total", st.ReportedOpen.Load(), "failed_closed_total", st.ReportedClosed.Load())
+	}
+	if rep, ok := sc.s.decider.(Reporter); ok && got != (Report{}) {
+		rep.ClientReport(sc.client, got)
+	}
+}
+
+// saturatingAdd adds n to c, stopping at the largest uint64 rather than
+// wrapping: a client's claims may be as large as it likes.
+func saturatingAdd(c *atomic.Uint64, n uint64) {
+	for {
+		old := c.Load()
+		sum := old + n
+		if sum < old {
+			sum = math.MaxUint64
+		}
+		if c.CompareAndSwap(old, sum) {
+			return
+		}
+	}
+}
+
+// pid is the peer's pid for logs, or -1 when unknown.
+func (sc *serverConn) pid() int64 {
+	if !sc.peerKnown {
+		return -1
+	}
+	return int64(sc.peer.PID)
+}
+
 func (sc *serverConn) inspect(body []byte) bool {
 	id, rule, key, err := DecodeInspect(body)
 	if err != nil {
@@ -432,20 +807,31 @@ func (sc *serverConn) inspect(body []byte) bool {
 // refuse answers one request with an ERROR and keeps the connection.
 func (sc *serverConn) refuse(e *Error) {
 	sc.s.stats.RequestErrors.Add(1)
-	sc.s.cfg.Logger.Debug("request refused", "id", e.ID, "code", uint64(e.Code), "reason", e.Message)
+	sc.s.debug(causeRequestRefused, "request refused", "id", e.ID, "code", uint64(e.Code), "reason", sanitize(e.Message), "client", sc.client, "uid", sc.uid())
 	sc.out = AppendError(sc.out, e)
 }
 
 // fatal sends an ERROR with id 0, flushes, and lets the caller close.
 func (sc *serverConn) fatal(code ErrorCode, msg string) {
 	sc.s.stats.ProtocolErrors.Add(1)
-	sc.s.cfg.Logger.Warn("closing connection: protocol error", "code", uint64(code), "reason", msg)
+	sc.s.warn(causeProtocol, "closing connection: protocol error", "code", uint64(code), "reason", sanitize(msg), "client", sc.client, "uid", sc.uid(), "pid", sc.pid())
 	sc.out = AppendError(sc.out, &Error{Code: code, Message: msg})
 	sc.flush()
 }
 
 func (sc *serverConn) readFailed(err error) {
 	switch {
+	case errors.Is(err, errReaped):
+		sc.out = AppendError(sc.out[:0], &Error{Code: CodeTooManyConns, Message: errReaped.Error()})
+		sc.flush()
+	case errors.Is(err, errLargeFramesBusy) && sc.stopping.Load():
+		sc.out = AppendError(sc.out, &Error{Code: CodeShuttingDown, Message: "daemon shutting down"})
+		sc.flush()
+	case errors.Is(err, errLargeFramesBusy):
+		sc.s.stats.SlowFrames.Add(1)
+		sc.s.warn(causeSlowFrame, "closing connection: no room for its large frame in time", "max_large_frames", sc.s.cfg.MaxLargeFrames, "client", sc.client, "uid", sc.uid())
+		sc.out = AppendError(sc.out, &Error{Code: CodeFrameTooLarge, Message: errLargeFramesBusy.Error()})
+		sc.flush()
 	case errors.Is(err, ErrFrameTooLarge):
 		sc.fatal(CodeFrameTooLarge, err.Error())
 	case errors.Is(err, ErrMalformed):
@@ -454,8 +840,11 @@ func (sc *serverConn) readFailed(err error) {
 		// Shutdown: everything fully received has been answered.
 		sc.out = AppendError(sc.out, &Error{Code: CodeShuttingDown, Message: "daemon shutting down"})
 		sc.flush()
+	case errors.Is(err, os.ErrDeadlineExceeded) && sc.version == 0:
+		sc.s.debug(causeSlowFrame, "closing connection: no HELLO in time", "uid", sc.uid())
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		sc.s.cfg.Logger.Debug("closing connection: no HELLO in time")
+		sc.s.stats.SlowFrames.Add(1)
+		sc.s.warn(causeSlowFrame, "closing connection: a frame did not arrive whole in time", "frame_timeout", sc.s.cfg.FrameTimeout, "client", sc.client, "uid", sc.uid(), "pid", sc.pid())
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
 	default:
 		sc.s.cfg.Logger.Debug("closing connection: read failed", "error", err)

@@ -55,7 +55,7 @@ func (d *ruleDecider) Decide(checks []Check, results []Result) (bool, error) {
 }
 
 // shortDir returns a directory whose paths fit a Unix socket address.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "sl")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ type testServer struct {
 	done    chan error
 }
 
-func startServer(t *testing.T, cfg ServerConfig) *testServer {
+func startServer(t testing.TB, cfg ServerConfig) *testServer {
 	t.Helper()
 	path := filepath.Join(shortDir(t), "s.sock")
 	l, err := Listen(path, 0o660)
@@ -92,12 +92,12 @@ func startServer(t *testing.T, cfg ServerConfig) *testServer {
 
 // rawClient speaks the protocol by hand so tests can also speak it badly.
 type rawClient struct {
-	t    *testing.T
+	t    testing.TB
 	conn net.Conn
 	br   *bufio.Reader
 }
 
-func dialRaw(t *testing.T, path string) *rawClient {
+func dialRaw(t testing.TB, path string) *rawClient {
 	t.Helper()
 	c, err := net.Dial("unix", path)
 	if err != nil {
@@ -293,7 +293,7 @@ func TestServerClosesSilentClientsAfterHandshakeTimeout(t *testing.T) {
 }
 
 func TestServerConnectionCap(t *testing.T) {
-	ts := startServer(t, ServerConfig{MaxConns: 2})
+	ts := startServer(t, ServerConfig{MaxConns: 2, IdleReap: time.Hour}) // nobody may be reaped
 	a, b := dialRaw(t, ts.path), dialRaw(t, ts.path)
 	a.hello()
 	b.hello()
@@ -465,15 +465,22 @@ func TestServerClosesClientsThatNeverRead(t *testing.T) {
 
 // A slow-loris crowd: a thousand connections that never send take every
 // slot, so for the handshake timeout new clients are refused (promptly,
-// with ERROR, never left hanging); then the silent ones are closed, the
-// slots and goroutines come back, and clients are served again.
+// with ERROR, never left hanging) when no connection may be reaped (IdleReap
+// is set beyond the test); then the silent ones are closed, the slots and
+// goroutines come back, and clients are served again.
+//
+// The handshake timeout must outlast the time it takes to open the crowd,
+// or the first of it is closed before the last is in and the cap is never
+// reached: it once failed so with 2s on a loaded machine. It is 5s here,
+// against ~50 ms to open the crowd, and the wait for the crowd to be
+// closed is bounded at 30s.
 func TestServerSurvivesAThousandSilentConnections(t *testing.T) {
 	const crowd = 1000
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < 2*crowd+200 {
 		t.Skipf("needs %d file descriptors (limit %d)", 2*crowd+200, lim.Cur)
 	}
-	ts := startServer(t, ServerConfig{MaxConns: crowd, HandshakeTimeout: 2 * time.Second})
+	ts := startServer(t, ServerConfig{MaxConns: crowd, HandshakeTimeout: 5 * time.Second, IdleReap: time.Hour})
 	before := runtime.NumGoroutine()
 	silent := make([]net.Conn, 0, crowd)
 	defer func() {
@@ -493,7 +500,7 @@ func TestServerSurvivesAThousandSilentConnections(t *testing.T) {
 	late.expectError(0, CodeTooManyConns) // refused at once, not queued
 	late.expectClosed()
 
-	pollUntil(t, "the silent connections are closed", func() bool { return ts.Stats().Active.Load() == 0 })
+	pollUntilWithin(t, 30*time.Second, "the silent connections are closed", func() bool { return ts.Stats().Active.Load() == 0 })
 	c := dialRaw(t, ts.path)
 	c.hello()
 	c.send(AppendRequest(nil, 1, []Check{check("api", "k")}))
@@ -504,13 +511,19 @@ func TestServerSurvivesAThousandSilentConnections(t *testing.T) {
 // pollUntil checks cond every few milliseconds, failing the test after 10s.
 func pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	pollUntilWithin(t, 10*time.Second, what, cond)
+}
+
+// pollUntilWithin checks cond every few milliseconds, failing the test after d.
+func pollUntilWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(d)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-deadline:
-			t.Fatalf("timed out after 10s waiting until %s", what)
+			t.Fatalf("timed out after %s waiting until %s", d, what)
 		case <-tick.C:
 		}
 	}

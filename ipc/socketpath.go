@@ -10,6 +10,10 @@ import (
 // told otherwise: $SLUICE_SOCKET if set; else $XDG_RUNTIME_DIR/sluice/sluiced.sock
 // when that directory exists; else /run/sluice/sluiced.sock for root; else
 // $TMPDIR/sluice-UID/sluiced.sock, which any unprivileged user can create.
+// Listen creates the socket's directory 0750 (a private subdirectory even
+// under a shared, sticky $TMPDIR) and refuses one another user owns or may
+// write to, so a user who made $TMPDIR/sluice-UID first cannot stand in for
+// the daemon: the daemon then exits with ErrUnsafeSocketDir naming the path.
 func DefaultSocketPath() string {
 	if p := os.Getenv("SLUICE_SOCKET"); p != "" {
 		return p

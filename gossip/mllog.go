@@ -1,0 +1,70 @@
+package gossip
+
+import (
+	"bytes"
+	"log"
+	"strings"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// memberlistLog turns memberlist's log lines ("[ERR] memberlist: ...") into
+// lines of the syncer's logger at the level their tag names, except that a
+// peer or this node going away is not an error:
+//
+//   - while this node leaves or shuts down (leaving is set), [ERR] lines are
+//     logged at DEBUG: they are memberlist's goroutines meeting sockets that
+//     are being closed under them ("failed to send gossip ... use of closed
+//     network connection");
+//   - an [ERR] line whose cause only says that the other end went away
+//     (EOF, connection refused or reset, broken pipe, closed connection) is
+//     logged at WARN: a peer that leaves can cut a push-pull or a probe
+//     short; memberlist's failure detection, not this line, decides whether
+//     it died, and says so at INFO ("member left or died").
+//
+// Every other line keeps its level, as hclog's InferLevels would give it.
+func memberlistLog(l hclog.Logger, leaving *atomic.Bool) *log.Logger {
+	return log.New(&mlWriter{log: l, leaving: leaving}, "", 0)
+}
+
+type mlWriter struct {
+	log     hclog.Logger
+	leaving *atomic.Bool
+}
+
+// peerGone are error texts that say the other end of a connection went away.
+var peerGone = []string{"EOF", "connection refused", "connection reset", "broken pipe", "use of closed network connection"}
+
+func (w *mlWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimRight(p, "\r\n"))
+	level, msg := hclog.Info, line
+	for _, t := range []struct {
+		tag   string
+		level hclog.Level
+	}{{"[ERR]", hclog.Error}, {"[ERROR]", hclog.Error}, {"[WARN]", hclog.Warn}, {"[INFO]", hclog.Info}, {"[DEBUG]", hclog.Debug}, {"[TRACE]", hclog.Trace}} {
+		if rest, ok := strings.CutPrefix(line, t.tag); ok {
+			level, msg = t.level, strings.TrimSpace(rest)
+			break
+		}
+	}
+	if level == hclog.Error {
+		switch {
+		case w.leaving.Load():
+			level = hclog.Debug
+		case containsAny(msg, peerGone):
+			level = hclog.Warn
+		}
+	}
+	w.log.Log(level, msg)
+	return len(p), nil
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}

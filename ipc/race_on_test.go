@@ -1,0 +1,6 @@
+//go:build race
+
+package ipc
+
+// raceEnabled: the race detector makes goroutine stacks and the runtime larger.
+const raceEnabled = true
