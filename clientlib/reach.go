@@ -223,19 +223,24 @@ func elsewhere(path string) string {
 	if len(found) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; sluiced sockets exist at %s (set $SLUICE_SOCKET to the right one)", strings.Join(found, ", "))
+	return fmt.Sprintf("; sluiced may be listening at %s (set $SLUICE_SOCKET to the right one)", strings.Join(found, ", "))
 }
 
 // OtherSockets lists sluiced sockets other than path in the places daemons
 // listen by default (/run/sluice, $XDG_RUNTIME_DIR/sluice, $TMPDIR/sluice-*),
-// at most 5.
+// at most 5, including those in directories this user may not search (a
+// daemon's socket directory is private to its user and group).
 func OtherSockets(path string) []string {
 	cands := []string{"/run/sluice/sluiced.sock"}
 	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
 		cands = append(cands, filepath.Join(dir, "sluice", "sluiced.sock"))
 	}
-	if m, err := filepath.Glob(filepath.Join(os.TempDir(), "sluice-*", "sluiced.sock")); err == nil {
-		cands = append(cands, m...)
+	// Per-user directories are private (0750): list the socket a directory
+	// would hold even when this user cannot look inside it.
+	if m, err := filepath.Glob(filepath.Join(os.TempDir(), "sluice-*")); err == nil {
+		for _, dir := range m {
+			cands = append(cands, filepath.Join(dir, "sluiced.sock"))
+		}
 	}
 	abs, _ := filepath.Abs(path)
 	var out []string
@@ -243,7 +248,8 @@ func OtherSockets(path string) []string {
 		if c == path || c == abs || slices.Contains(out, c) {
 			continue
 		}
-		if fi, err := os.Lstat(c); err == nil && fi.Mode()&fs.ModeSocket != 0 {
+		fi, err := os.Lstat(c)
+		if err == nil && fi.Mode()&fs.ModeSocket != 0 || errors.Is(err, fs.ErrPermission) {
 			out = append(out, c)
 		}
 		if len(out) == 5 {
