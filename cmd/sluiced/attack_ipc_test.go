@@ -309,7 +309,7 @@ func TestIPCAttackRefusedUserCannotLockOutAllowedClients(t *testing.T) {
 		start := time.Now()
 		for {
 			// Some of these daemons run as another user: trust it (and root).
-	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 5 * time.Second, DaemonUIDs: []uint32{0, 65534}})
+			c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 5 * time.Second, DaemonUIDs: []uint32{0, 65534}})
 			if err == nil {
 				d := c.Allow(context.Background(), "default", "allowed")
 				c.Close()
