@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicelabs/sluice/ipc"
@@ -76,10 +77,30 @@ const maxQueued = 1 << 20
 // errNotReading fails calls made while maxQueued bytes wait to be written.
 var errNotReading = fmt.Errorf("%w: the daemon is not reading its socket (%d bytes queued)", ErrDaemonDown, maxQueued)
 
+// connectUnix connects to a Unix socket within timeout. A connect that finds
+// the daemon's listen backlog full fails at once with EAGAIN (a local user
+// connecting faster than the daemon accepts can cause that); it is retried,
+// with a short growing pause, until the timeout.
+func connectUnix(path string, timeout time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(timeout)
+	pause := 100 * time.Microsecond
+	for {
+		nc, err := net.DialTimeout("unix", path, time.Until(deadline))
+		if err == nil || !errors.Is(err, syscall.EAGAIN) {
+			return nc, err
+		}
+		if time.Until(deadline) < pause {
+			return nil, err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 10*time.Millisecond)
+	}
+}
+
 // dial connects, checks who serves the socket, and completes the handshake
 // within opts.DialTimeout. Its errors are *ReachError.
 func dial(c *Client, opts Options) (*conn, error) {
-	nc, err := net.DialTimeout("unix", opts.SocketPath, opts.DialTimeout)
+	nc, err := connectUnix(opts.SocketPath, opts.DialTimeout)
 	if err != nil {
 		return nil, explainDial(opts.SocketPath, c.pathWhy, err)
 	}

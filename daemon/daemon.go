@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/gossip"
 	"github.com/sluicelabs/sluice/ipc"
@@ -47,6 +48,10 @@ type Daemon struct {
 
 	metrics         *metrics
 	lastReloadError atomic.Pointer[string]
+	// undecided counts and logs, rate-limited, the in-process decisions
+	// (Embedded, Local, the built-in proxy) that could not be made and
+	// failed open.
+	undecided *clientlib.FailOpenLog
 
 	fetcher        *rulesFetcher // nil unless the rules come from a URL
 	fetchFailing   atomic.Bool
@@ -134,9 +139,10 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	s := cfg.Settings
 	d := &Daemon{
-		settings: s,
-		log:      cfg.Logger,
-		now:      cfg.Now,
+		settings:  s,
+		log:       cfg.Logger,
+		now:       cfg.Now,
+		undecided: clientlib.NewFailOpenLog(cfg.Logger.Named("embedded").Warn, 0, false, nil),
 		store: bucket.NewStore(bucket.StoreConfig{
 			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen, MaxLogBytes: s.MaxLogBytes,
 			TrackConsumption: s.Cluster.Enabled(),

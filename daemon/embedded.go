@@ -121,13 +121,20 @@ func (l Local) AllowAll(_ context.Context, checks ...clientlib.Check) clientlib.
 		if e := (*ipc.Error)(nil); errors.As(err, &e) && e.Code != ipc.CodeInternal {
 			return clientlib.InvalidDecision(fmt.Errorf("%w: %w", clientlib.ErrInvalid, err))
 		}
-		return failedOpen(err)
+		return l.failOpen(err)
 	}
 	return clientlib.DecisionOf(allowed, rs)
 }
 
-func failedOpen(err error) clientlib.Decision {
+// failOpen admits a request the daemon could not decide, counted and logged
+// (at most one line per cause per 10 s, with the count).
+func (l Local) failOpen(err error) clientlib.Decision {
+	l.d.undecided.Record(err)
 	return clientlib.Decision{Allowed: true, FailedOpen: true, Denied: -1, Deciding: -1, Err: err}
 }
+
+// FailOpens counts, by cause, the in-process decisions that could not be
+// made and failed open.
+func (e *Embedded) FailOpens() *clientlib.FailOpenLog { return e.d.undecided }
 
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

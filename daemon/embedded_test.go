@@ -1,13 +1,18 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/ipc"
 )
 
 func embed(t *testing.T, rules string, clk *fakeClock, cluster config.ClusterSettings) *Embedded {
@@ -105,5 +110,30 @@ func BenchmarkEmbeddedAllow(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e.Allow(ctx, "user", "alice")
+	}
+}
+
+// An in-process decision that cannot be made fails open, and is counted and
+// logged at most once per cause per interval, as clientlib's are.
+func TestEmbeddedFailOpenIsCountedAndLoggedOnce(t *testing.T) {
+	d, _, _ := newDaemon(t, testRules)
+	var out bytes.Buffer
+	s := d.settings
+	e, err := Embed(Config{Settings: s, Logger: hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Warn})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	internal := &ipc.Error{Code: ipc.CodeInternal, Message: "store fault"}
+	for range 100 {
+		if d := e.d.Local().failOpen(internal); !d.Allowed || !d.FailedOpen || d.Err != internal {
+			t.Fatalf("undecided call %+v", d)
+		}
+	}
+	if n := e.FailOpens().Total(clientlib.CauseInternal); n != 100 {
+		t.Fatalf("counted %d fail-opens, want 100", n)
+	}
+	if lines := strings.Count(out.String(), "failing open"); lines != 1 {
+		t.Fatalf("%d log lines for 100 fail-opens within one interval, want 1:\n%s", lines, out.String())
 	}
 }
