@@ -14,16 +14,16 @@ const insecureWarnEvery = 10 * time.Minute
 // gossipInsecure reports whether this daemon gossips without encryption.
 func (d *Daemon) gossipInsecure() bool { return d.syncer != nil && !d.settings.Cluster.Encrypted() }
 
-// warnInsecure logs, at WARN, that gossip is in the clear and what follows.
-func (d *Daemon) warnInsecure() {
+// warnInsecure logs, at WARN, that gossip at addr is in the clear and what follows.
+func (d *Daemon) warnInsecure(addr string) {
 	c := d.settings.Cluster
 	if c.Insecure || c.Exposed() {
 		d.log.Warn("gossip is NOT encrypted (--insecure-gossip): any host that can reach the gossip port can join the cluster, read consumption and forge it; give every node the same key with --gossip-key-file FILE or SLUICE_GOSSIP_KEY",
-			"addr", d.syncer.Addr(), "join", c.Join)
+			"addr", addr, "join", c.Join)
 		return
 	}
 	d.log.Warn("gossip is not encrypted; it is bound to loopback, so only users of this host can reach it; give a key with --gossip-key-file FILE or SLUICE_GOSSIP_KEY",
-		"addr", d.syncer.Addr())
+		"addr", addr)
 }
 
 // startInsecureWarnings warns now and then every insecureWarnEvery, when
@@ -35,7 +35,11 @@ func (d *Daemon) startInsecureWarnings(ctx context.Context) (stop func()) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); repeatUntil(ctx, insecureWarnEvery, d.warnInsecure) }()
+	addr := d.syncer.Addr() // read here, once: memberlist rewrites its local node in place
+	go func() {
+		defer close(done)
+		repeatUntil(ctx, insecureWarnEvery, func() { d.warnInsecure(addr) })
+	}()
 	return func() { cancel(); <-done }
 }
 
