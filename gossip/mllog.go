@@ -21,7 +21,12 @@ import (
 //     (EOF, connection refused or reset, broken pipe, closed connection) is
 //     logged at WARN: a peer that leaves can cut a push-pull or a probe
 //     short; memberlist's failure detection, not this line, decides whether
-//     it died, and says so at INFO ("member left or died").
+//     it died, and says so at INFO ("member left or died");
+//   - an [ERR] line about traffic from outside the cluster (a stream or
+//     packet with another cluster's label, or none) is logged at WARN: a
+//     stranger on the network is worth knowing about, but it is not a fault
+//     of this node, and a clean shutdown or leave must log no ERROR even
+//     while strangers knock.
 //
 // Every other line keeps its level, as hclog's InferLevels would give it.
 func memberlistLog(l hclog.Logger, leaving *atomic.Bool) *log.Logger {
@@ -35,6 +40,9 @@ type mlWriter struct {
 
 // peerGone are error texts that say the other end of a connection went away.
 var peerGone = []string{"EOF", "connection refused", "connection reset", "broken pipe", "use of closed network connection"}
+
+// stranger are error texts that say the traffic came from outside the cluster.
+var stranger = []string{"unacceptable label"}
 
 func (w *mlWriter) Write(p []byte) (int, error) {
 	line := string(bytes.TrimRight(p, "\r\n"))
@@ -52,7 +60,7 @@ func (w *mlWriter) Write(p []byte) (int, error) {
 		switch {
 		case w.leaving.Load():
 			level = hclog.Debug
-		case containsAny(msg, peerGone):
+		case containsAny(msg, peerGone), containsAny(msg, stranger):
 			level = hclog.Warn
 		}
 	}

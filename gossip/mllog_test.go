@@ -18,6 +18,7 @@ func TestMemberlistLogLevels(t *testing.T) {
 		{"[ERR] memberlist: Decrypt packet failed: cipher: message authentication failed from=1.2.3.4:7946", false, "[ERROR]"},
 		{"[ERR] memberlist: Push/Pull with b failed: EOF", false, "[WARN]"},
 		{"[ERR] memberlist: Failed fallback TCP ping: dial tcp 127.0.0.1:7946: connect: connection refused", false, "[WARN]"},
+		{`[ERR] memberlist: discarding stream with unacceptable label "": from=127.0.0.1:34480`, false, "[WARN]"},
 		{"[ERR] memberlist: Failed to send gossip to 127.0.0.1:7946: write udp: use of closed network connection", true, "[DEBUG]"},
 		{"[ERR] memberlist: Decrypt packet failed: cipher: message authentication failed", true, "[DEBUG]"},
 		{"[WARN] memberlist: Was able to connect to b over TCP but UDP probes failed", false, "[WARN]"},
