@@ -14,14 +14,15 @@ var ErrGossipNeedsKey = errors.New("gossip beyond loopback needs a key")
 func (c ClusterSettings) Encrypted() bool { return len(c.Key) > 0 || c.KeyringFile != "" }
 
 // Exposed reports whether the daemon gossips with anyone beyond this host:
-// it joins peers, or it binds an address that is not loopback (an empty
-// host, as in ":7946", is every interface). A bind given as a host name
-// other than localhost counts as exposed: it is not resolved here.
+// it joins peers, it binds an address that is not loopback (an empty host,
+// as in ":7946", is every interface), or it advertises one (something
+// forwards that address to it). A host name other than localhost counts as
+// exposed: it is not resolved here.
 func (c ClusterSettings) Exposed() bool {
 	if !c.Enabled() {
 		return false
 	}
-	return len(c.Join) > 0 || !loopbackBind(c.Bind)
+	return len(c.Join) > 0 || !loopbackBind(c.Bind) || (c.Advertise != "" && !loopbackBind(c.Advertise))
 }
 
 func loopbackBind(bind string) bool {
@@ -52,8 +53,12 @@ func (c ClusterSettings) Validate() error {
 		return fmt.Errorf("settings: cluster label of %d bytes; want at most 255", len(c.Label))
 	case c.Exposed() && !c.Encrypted() && !c.Insecure:
 		what := "--join"
-		if len(c.Join) == 0 {
+		switch {
+		case len(c.Join) > 0:
+		case !loopbackBind(c.Bind):
 			what = fmt.Sprintf("--bind %s (not loopback)", c.Bind)
+		default:
+			what = fmt.Sprintf("--advertise %s (not loopback)", c.Advertise)
 		}
 		return fmt.Errorf("settings: %s: %w: anyone who can reach the gossip port could join the cluster, read and forge consumption; "+
 			"give every node the same key with --gossip-key-file FILE (base64 of 16, 24 or 32 random bytes, mode 0600), "+

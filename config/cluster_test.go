@@ -22,6 +22,8 @@ func TestClusterSettingsValidate(t *testing.T) {
 		{"all interfaces, no key", ClusterSettings{Bind: "0.0.0.0:7946"}, true, "--bind 0.0.0.0:7946 (not loopback): gossip beyond loopback needs a key"},
 		{"empty host is every interface", ClusterSettings{Bind: ":7946"}, true, "needs a key"},
 		{"a host name is not known loopback", ClusterSettings{Bind: "gossip.internal:7946"}, true, "needs a key"},
+		{"loopback bind advertising beyond", ClusterSettings{Bind: "127.0.0.1:7946", Advertise: "10.0.0.1:7946"}, true, "--advertise 10.0.0.1:7946 (not loopback): gossip beyond loopback needs a key"},
+		{"loopback bind advertising loopback", ClusterSettings{Bind: "127.0.0.1:7946", Advertise: "127.0.0.1"}, false, ""},
 		{"join, no key", ClusterSettings{Join: []string{"127.0.0.1:7946"}}, true, "--join: gossip beyond loopback needs a key"},
 		{"join, insecure", ClusterSettings{Join: []string{"10.0.0.1:7946"}, Insecure: true}, true, ""},
 		{"join with key and label", ClusterSettings{Join: []string{"10.0.0.1:7946"}, Key: key, Label: "prod"}, true, ""},
