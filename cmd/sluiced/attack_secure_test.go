@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -501,5 +502,36 @@ func TestSecureWrongLabelWithTheRightKeyCannotJoinOrInject(t *testing.T) {
 	adminJSON(t, b.admin, "/v1/members", &m)
 	if len(m.Members) != 1 {
 		t.Errorf("b, of another label, sees %d members", len(m.Members))
+	}
+}
+
+// A keyring made readable by others while the daemon runs is not reloaded
+// (SIGHUP): the daemon keeps the keys in use, says why and how to fix it,
+// and stays up and encrypted; made private again, it reloads.
+func TestSecureKeyringOpenedWhileRunningIsNotReloaded(t *testing.T) {
+	dir := tempDir(t)
+	ring := filepath.Join(dir, "keyring.json")
+	if err := os.WriteFile(ring, []byte(`["`+secureKey+`"]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := secureNode(t, dir, "a", adminRules, nil, "--bind", "127.0.0.1:"+freePort(t), "--gossip-keyring", ring)
+	if err := os.Chmod(ring, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the reload refuses the open keyring", func() bool {
+		s := n.p.stderr.String()
+		return strings.Contains(s, "keyring reload failed; keeping the keys in use") && strings.Contains(s, "chmod 600 "+ring)
+	})
+	if body := rulesReadyz(t, n.admin); body["gossip_encrypted"] != true || body["ready"] != true {
+		t.Errorf("/readyz after the refused reload: %v", body)
+	}
+	if err := os.Chmod(ring, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the private keyring reloads", func() bool { return strings.Contains(n.p.stderr.String(), "gossip keyring reloaded") })
+	if strings.Contains(n.p.stderr.String(), secureKey) {
+		t.Errorf("the log shows the key:\n%s", n.p.stderr.String())
 	}
 }
