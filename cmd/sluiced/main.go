@@ -58,7 +58,7 @@ func app() *cli.App {
 			&cli.DurationFlag{Name: "sweep-interval", Value: def.SweepInterval, EnvVars: []string{"SLUICE_SWEEP_INTERVAL"}, Usage: "how often idle full buckets are evicted"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: def.ShutdownTimeout, EnvVars: []string{"SLUICE_SHUTDOWN_TIMEOUT"}, Usage: "how long shutdown waits for in-flight requests"},
 
-			&cli.StringFlag{Name: "bind", EnvVars: []string{"SLUICE_BIND"}, Usage: "ADDR:PORT for cluster gossip (UDP and TCP); setting it or --join turns the cluster on (default port 7946)", Category: "cluster"},
+			&cli.StringFlag{Name: "bind", EnvVars: []string{"SLUICE_BIND"}, Usage: "ADDR:PORT for cluster gossip (UDP and TCP); setting it or --join turns the cluster on (default port 7946); beyond loopback it needs a key or --insecure-gossip", Category: "cluster"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"SLUICE_ADVERTISE"}, Usage: "ADDR[:PORT] peers should use to reach this node (default: the bound address)", Category: "cluster"},
 			&cli.StringSliceFlag{Name: "join", EnvVars: []string{"SLUICE_JOIN"}, Usage: "peers to join, HOST:PORT, comma-separated; retried in the background until one answers", Category: "cluster"},
 			&cli.DurationFlag{Name: "gossip-interval", Value: gossip.DefaultGossipInterval, EnvVars: []string{"SLUICE_GOSSIP_INTERVAL"}, Usage: "how often consumption is sent to peers: the main accuracy/cost knob", Category: "cluster"},
@@ -69,7 +69,7 @@ func app() *cli.App {
 			// Refused: a key on the command line shows in ps. SLUICE_GOSSIP_KEY is read apart (see gossipKey).
 			&cli.StringFlag{Name: "gossip-key", Hidden: true, Category: "cluster"},
 			&cli.BoolFlag{Name: "insecure-gossip", EnvVars: []string{"SLUICE_INSECURE_GOSSIP"}, Usage: "gossip in the clear with other hosts (no key): anyone who can reach the gossip port can join, read and forge consumption", Category: "cluster"},
-			&cli.StringFlag{Name: "gossip-keyring", EnvVars: []string{"SLUICE_GOSSIP_KEYRING"}, Usage: "JSON file listing base64 keys, the first used to encrypt (for key rotation)", Category: "cluster"},
+			&cli.StringFlag{Name: "gossip-keyring", EnvVars: []string{"SLUICE_GOSSIP_KEYRING"}, Usage: "JSON file listing base64 keys, the first used to encrypt (for key rotation), mode 0600", Category: "cluster"},
 			&cli.StringFlag{Name: "proxy-listen", EnvVars: []string{"SLUICE_PROXY_LISTEN"}, Usage: "also serve the HTTP proxy here, deciding in-process (no socket hop)", Category: "proxy"},
 			&cli.StringFlag{Name: "proxy-upstream", EnvVars: []string{"SLUICE_PROXY_UPSTREAM"}, Usage: "the service the built-in proxy forwards to, e.g. http://127.0.0.1:8080", Category: "proxy"},
 			&cli.StringFlag{Name: "proxy-routes", EnvVars: []string{"SLUICE_PROXY_ROUTES"}, Usage: "routes file of the built-in proxy (default: limit by client IP under rule \"default\")", Category: "proxy"},
