@@ -170,5 +170,190 @@ func TestGossipStreamCrashPayloadsLeaveDaemonUp(t *testing.T) {
 	}
 }
 
-var _ = sync.Mutex{}
-var _ = strings.Contains
+// transportMetric scrapes one sample of /metrics at addr (name with its
+// labels, as exposed); -1 when absent.
+func transportMetric(t *testing.T, addr, sample string) float64 {
+	t.Helper()
+	code, body := adminRequest(t, "GET", "http://"+addr+"/metrics", "", nil, "")
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+// procKiB reads a field of /proc/<pid>/status in KiB (VmRSS, VmHWM).
+func procKiB(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc/<pid>/status here: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// flood runs n connections, conc at a time, each running attack; it stops
+// early after limit.
+func flood(n, conc int, limit time.Duration, attack func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, conc)
+	stop := time.Now().Add(limit)
+	for i := range n {
+		if time.Now().After(stop) {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			attack(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// transportMemoryBoundMiB is the most a pre-auth stream flood may grow
+// sluiced's peak RSS by: the stream budget (2 × 12.5 MiB + 8 MiB declared at
+// once, held about three times over by memberlist while it reads and
+// decrypts) and the 32 open streams' buffers, with room for the collector.
+const transportMemoryBoundMiB = 160
+
+// Strangers without the key flood an encrypted daemon's gossip port: 1,000
+// streams each declaring a 20 MiB encrypted frame (memberlist's own cap,
+// which it would have buffered before checking the key), then 100 declaring
+// just under Sluice's cap and really sending all 12 MiB. The daemon stays
+// up, refuses and counts them, and its peak RSS grows by less than
+// transportMemoryBoundMiB.
+func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
+	metrics := "127.0.0.1:" + freePort(t)
+	n := startTransportNode(t, "victim", transportTestKey, "--metrics-addr", metrics)
+	eventually(t, "metrics answer", func() bool {
+		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
+		return code == 200
+	})
+	pid := n.p.cmd.Process.Pid
+	baseRSS, baseHWM := procKiB(t, pid, "VmRSS"), procKiB(t, pid, "VmHWM")
+	junk := make([]byte, 64<<10)
+	header := func(declared uint32) []byte {
+		return labelled("sluice", be.BigEndian.AppendUint32([]byte{10}, declared))
+	}
+	send := func(declared uint32, body int) {
+		c, err := net.DialTimeout("tcp", n.gossip, 5*time.Second)
+		if err != nil {
+			return // refused at the backlog: also fine
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(15 * time.Second))
+		if _, err := c.Write(header(declared)); err != nil {
+			return
+		}
+		for sent := 0; sent < body; sent += len(junk) {
+			if _, err := c.Write(junk); err != nil {
+				return
+			}
+		}
+	}
+	start := time.Now()
+	flood(1000, 50, 60*time.Second, func(int) { send(20<<20, 1<<20) })
+	t.Logf("1,000 streams declaring 20 MiB each: %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	flood(100, 50, 60*time.Second, func(int) { send(12<<20, 12<<20) })
+	t.Logf("100 streams declaring and sending 12 MiB each: %s", time.Since(start).Round(time.Millisecond))
+	n.assertUp(t, "after the flood")
+	hwm := procKiB(t, pid, "VmHWM")
+	grew := (hwm - max(baseHWM, baseRSS)) >> 10
+	t.Logf("RSS before %d MiB, peak before %d MiB, peak after %d MiB: grew %d MiB (bound %d MiB)",
+		baseRSS>>10, baseHWM>>10, hwm>>10, grew, transportMemoryBoundMiB)
+	if grew > transportMemoryBoundMiB {
+		t.Fatalf("peak RSS grew by %d MiB under the flood, bound %d MiB", grew, transportMemoryBoundMiB)
+	}
+	refused := 0.0
+	for _, r := range []string{"length", "busy", "budget", "timeout"} {
+		v := transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="`+r+`"}`)
+		t.Logf("refused for %s: %v", r, v)
+		refused += v
+	}
+	t.Logf("accepted: %v, bytes refused: %v", transportMetric(t, metrics, "sluice_gossip_streams_accepted_total"),
+		transportMetric(t, metrics, "sluice_gossip_stream_bytes_refused_total"))
+	if refused < 1000 {
+		t.Fatalf("%v streams refused, want at least the 1,000 declaring 20 MiB", refused)
+	}
+	if b := transportMetric(t, metrics, "sluice_gossip_stream_bytes_refused_total"); b < 20<<20 {
+		t.Fatalf("bytes refused: %v, want at least one 20 MiB declaration", b)
+	}
+	eventually(t, "every stream is closed", func() bool {
+		return transportMetric(t, metrics, "sluice_gossip_streams_open") == 0
+	})
+	if lines := strings.Count(n.p.stderr.String(), "refused a gossip stream: length"); lines > 3 {
+		t.Fatalf("%d log lines for streams refused for length: not rate-limited", lines)
+	}
+}
+
+// More than 32 streams held open are refused at once, not queued; once the
+// holders go, streams are accepted again, and a stream that sends nothing
+// is closed within the deadline.
+func TestGossipStreamSlotsAndDeadline(t *testing.T) {
+	metrics := "127.0.0.1:" + freePort(t)
+	n := startTransportNode(t, "victim", "", "--metrics-addr", metrics)
+	eventually(t, "metrics answer", func() bool {
+		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
+		return code == 200
+	})
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 40 {
+		c, err := net.DialTimeout("tcp", n.gossip, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c) // sends nothing: held until the deadline
+	}
+	eventually(t, "streams beyond 32 are refused as busy", func() bool {
+		return transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="busy"}`) >= 8
+	})
+	if open := transportMetric(t, metrics, "sluice_gossip_streams_open"); open > 32 {
+		t.Fatalf("%v streams open, cap 32", open)
+	}
+	start := time.Now()
+	c := held[0]
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a silent stream was answered")
+	}
+	took := time.Since(start)
+	t.Logf("a silent stream was closed after %s", took.Round(time.Millisecond))
+	if took > 20*time.Second {
+		t.Fatalf("a silent stream stayed open %s", took)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	eventually(t, "slots are given back", func() bool {
+		return transportMetric(t, metrics, "sluice_gossip_streams_open") == 0
+	})
+	sendStream(t, n.gossip, streamCrashPayload(1<<62))
+	n.assertUp(t, "after the slots were given back")
+}
