@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"compress/lzw"
 	"context"
 	be "encoding/binary"
 	"fmt"
@@ -356,4 +358,70 @@ func TestGossipStreamSlotsAndDeadline(t *testing.T) {
 	})
 	sendStream(t, n.gossip, streamCrashPayload(1<<62))
 	n.assertUp(t, "after the slots were given back")
+}
+
+// lzwBombPacket is a labelled packet holding a compressed message (which
+// Sluice never sends) whose LZW payload, under 64 KiB, inflates to about
+// 80 MiB: memberlist decompresses any it is given.
+func lzwBombPacket(t *testing.T) ([]byte, int) {
+	t.Helper()
+	var z bytes.Buffer
+	w := lzw.NewWriter(&z, lzw.LSB, 8)
+	zeros := make([]byte, 1<<20)
+	inflated := 0
+	for z.Len() < 60<<10 {
+		w.Write(zeros)
+		inflated += len(zeros)
+	}
+	w.Close()
+	b := []byte{9, 0x82, 0xa4, 'A', 'l', 'g', 'o', 0x00, 0xa3, 'B', 'u', 'f', 0xc6}
+	b = be.BigEndian.AppendUint32(b, uint32(z.Len()))
+	return labelled("sluice", append(b, z.Bytes()...)), inflated
+}
+
+// A stranger's UDP packets: compression bombs (memberlist inflates about
+// 1,300:1, and Sluice never compresses), packets with another cluster's
+// label or none. A plain daemon refuses them before memberlist, counts
+// them by reason, logs them at most once per cause per interval, and its
+// peak RSS barely moves.
+func TestGossipHostilePacketsAreRefused(t *testing.T) {
+	metrics := "127.0.0.1:" + freePort(t)
+	n := startTransportNode(t, "victim", "", "--metrics-addr", metrics)
+	eventually(t, "metrics answer", func() bool {
+		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
+		return code == 200
+	})
+	pid := n.p.cmd.Process.Pid
+	baseHWM := procKiB(t, pid, "VmHWM")
+	bomb, inflated := lzwBombPacket(t)
+	t.Logf("bomb packet: %d bytes inflating to %d MiB", len(bomb), inflated>>20)
+	c, err := net.Dial("udp", n.gossip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const sent = 20
+	for range sent {
+		if _, err := c.Write(bomb); err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte{8, 1, 2, 3})                            // no label
+		c.Write(labelled("other-cluster", []byte{8, 1, 2, 3})) // another cluster's
+		time.Sleep(20 * time.Millisecond)                      // pacing, not waiting for an outcome: UDP has no backpressure
+	}
+	eventually(t, "the bombs are refused", func() bool {
+		return transportMetric(t, metrics, `sluice_gossip_packets_refused_total{reason="compressed"}`) >= 1 &&
+			transportMetric(t, metrics, `sluice_gossip_packets_refused_total{reason="label"}`) >= 2
+	})
+	n.assertUp(t, "after the bombs")
+	grew := (procKiB(t, pid, "VmHWM") - baseHWM) >> 10
+	t.Logf("refused: compressed %v, label %v of %d each; peak RSS grew %d MiB",
+		transportMetric(t, metrics, `sluice_gossip_packets_refused_total{reason="compressed"}`),
+		transportMetric(t, metrics, `sluice_gossip_packets_refused_total{reason="label"}`), sent, grew)
+	if grew > 32 {
+		t.Fatalf("peak RSS grew %d MiB from %d refused packets", grew, sent)
+	}
+	if lines := strings.Count(n.p.stderr.String(), "refused a gossip packet"); lines > 4 {
+		t.Fatalf("%d log lines for refused packets: not rate-limited\n%s", lines, tail(n.p.stderr.String(), 2000))
+	}
 }
