@@ -34,8 +34,24 @@ func newDropLog(l *log.Logger) *dropLog {
 // drop records one refusal of cause from from and logs a line if none of this
 // cause was logged within the interval. The causes are a fixed set.
 func (d *dropLog) drop(cause string, from fmt.Stringer, err error) {
+	n, ok := d.admit(cause)
+	if !ok {
+		return
+	}
+	detail := ""
+	if err != nil {
+		detail = " (" + err.Error() + ")"
+	}
+	d.log.Printf("[WARN] gossip: %s: %d since the last such line, the latest from %v%s", cause, n, from, detail)
+}
+
+// admit counts one event of cause and says whether to log it: yes for the
+// first of an interval, with how many there were since the last logged one,
+// itself included.
+func (d *dropLog) admit(cause string) (int, bool) {
 	now := d.now()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	c := d.causes[cause]
 	if c == nil {
 		c = &dropCause{}
@@ -43,15 +59,9 @@ func (d *dropLog) drop(cause string, from fmt.Stringer, err error) {
 	}
 	c.count++
 	if !c.last.IsZero() && now.Sub(c.last) < d.interval {
-		d.mu.Unlock()
-		return
+		return 0, false
 	}
 	n := c.count
 	c.count, c.last = 0, now
-	d.mu.Unlock()
-	detail := ""
-	if err != nil {
-		detail = " (" + err.Error() + ")"
-	}
-	d.log.Printf("[WARN] gossip: %s: %d since the last such line, the latest from %v%s", cause, n, from, detail)
+	return n, true
 }

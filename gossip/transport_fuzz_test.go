@@ -85,7 +85,9 @@ func heapAllocs() uint64 {
 	return s[0].Value.Uint64()
 }
 
-func fuzzLabelled(b []byte) []byte { return append([]byte{mlHasLabel, 6, 's', 'l', 'u', 'i', 'c', 'e'}, b...) }
+func fuzzLabelled(b []byte) []byte {
+	return append([]byte{mlHasLabel, 6, 's', 'l', 'u', 'i', 'c', 'e'}, b...)
+}
 
 // fuzzStreamSeeds are streams as memberlist and attackers write them.
 func fuzzStreamSeeds() [][]byte {

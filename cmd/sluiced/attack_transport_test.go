@@ -425,3 +425,30 @@ func TestGossipHostilePacketsAreRefused(t *testing.T) {
 		t.Fatalf("%d log lines for refused packets: not rate-limited\n%s", lines, tail(n.p.stderr.String(), 2000))
 	}
 }
+
+// A stranger without the key floods an encrypted daemon with packets it
+// cannot decrypt: memberlist refuses each, and the daemon logs about one
+// line per interval instead of one per packet.
+func TestGossipUndecryptablePacketFloodIsLoggedOncePerInterval(t *testing.T) {
+	n := startTransportNode(t, "victim", transportTestKey)
+	c, err := net.Dial("udp", n.gossip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	junk := labelled("sluice", make([]byte, 200))
+	for i := range 500 {
+		junk[len(junk)-1] = byte(i)
+		c.Write(junk)
+		if i%50 == 49 {
+			time.Sleep(10 * time.Millisecond) // pacing: UDP has no backpressure
+		}
+	}
+	eventually(t, "the first undecryptable packet is logged", func() bool {
+		return strings.Contains(n.p.stderr.String(), "Decrypt packet failed")
+	})
+	n.assertUp(t, "after the flood")
+	if lines := strings.Count(n.p.stderr.String(), "Decrypt packet failed"); lines > 2 {
+		t.Fatalf("%d log lines for 500 undecryptable packets: not rate-limited", lines)
+	}
+}
