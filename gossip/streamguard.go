@@ -110,15 +110,16 @@ func refuse(reason, detail string) error { return &errRefused{reason, detail} }
 
 // streamGuard holds the limits shared by all inbound streams.
 type streamGuard struct {
-	label     string
-	encrypted bool
-	stats     *TransportStats
-	log       *dropLog
-	active    atomic.Int64
-	mu        sync.Mutex
-	reserved  int64 // bytes declared by open streams; under mu
-	budget    int64
-	timeout   time.Duration
+	label      string
+	encryption bool // memberlist decrypts encrypted streams
+	encrypted  bool // memberlist accepts encrypted streams only
+	stats      *TransportStats
+	log        *dropLog
+	active     atomic.Int64
+	mu         sync.Mutex
+	reserved   int64 // bytes declared by open streams; under mu
+	budget     int64
+	timeout    time.Duration
 }
 
 // acquire takes a stream slot; false means maxStreams are open.
@@ -237,9 +238,9 @@ func (g *streamGuard) parse(br peekReader) (int64, error) {
 	}
 	typ := b[off]
 	off++
-	if g.encrypted {
-		if typ != mlEncrypt {
-			return 0, refuse(RefusedEncryption, "a plain stream to an encrypted node")
+	if typ == mlEncrypt {
+		if !g.encryption {
+			return 0, refuse(RefusedEncryption, "an encrypted stream to a plain node")
 		}
 		if b, err = peek(off + 4); err != nil {
 			return 0, err
@@ -250,9 +251,10 @@ func (g *streamGuard) parse(br peekReader) (int64, error) {
 		}
 		return int64(off+4) + n, nil
 	}
+	if g.encrypted {
+		return 0, refuse(RefusedEncryption, "a plain stream to an encrypted node")
+	}
 	switch typ {
-	case mlEncrypt:
-		return 0, refuse(RefusedEncryption, "an encrypted stream to a plain node")
 	case mlPing:
 		return int64(off) + maxPlainOther, nil
 	case mlUser, mlPushPull:

@@ -81,7 +81,7 @@ func TestStreamGuardParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := &streamGuard{label: "l", encrypted: tt.encrypted}
+			g := &streamGuard{label: "l", encryption: tt.encrypted, encrypted: tt.encrypted}
 			limit, err := g.parse(bufio.NewReaderSize(bytes.NewReader(tt.in), streamPeekSize))
 			var r *errRefused
 			switch {
@@ -182,5 +182,22 @@ func TestStreamGuardPassesMemberlistsOwnStreams(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With encryption on but GossipVerifyIncoming off (memberlist's mode for
+// turning encryption on in a running cluster) both kinds pass, screened.
+func TestStreamGuardEncryptionNotVerified(t *testing.T) {
+	g := &streamGuard{label: "l", encryption: true}
+	for _, in := range [][]byte{
+		withLabel("l", append([]byte{mlUser}, mpMapInts("UserMsgLen", 5)...)),
+		withLabel("l", []byte{mlEncrypt, 0, 0, 1, 0}),
+	} {
+		if _, err := g.parse(bufio.NewReaderSize(bytes.NewReader(in), streamPeekSize)); err != nil {
+			t.Fatalf("%x refused: %v", in, err)
+		}
+	}
+	if _, err := g.parse(bufio.NewReaderSize(bytes.NewReader(withLabel("l", append([]byte{mlUser}, mpMapInts("UserMsgLen", int64(1<<62))...))), streamPeekSize)); err == nil {
+		t.Fatal("the crash payload passed")
 	}
 }

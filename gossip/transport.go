@@ -47,7 +47,7 @@ type transport struct {
 
 	// Set by configure before open, read after waitReady.
 	label     string
-	encrypted bool
+	encrypted bool // memberlist accepts encrypted messages only
 	guard     *streamGuard
 	stats     TransportStats
 	drops     *dropLog
@@ -89,7 +89,7 @@ func newTransport(addr string, port int, logger *log.Logger) (*transport, error)
 		stop:    make(chan struct{}),
 		drops:   newDropLog(logger),
 	}
-	t.configure(DefaultLabel, false)
+	t.configure(DefaultLabel, false, true)
 	// With port 0 the kernel picks a TCP port that may be taken for UDP:
 	// try a few.
 	for attempt := 0; ; attempt++ {
@@ -139,11 +139,13 @@ func (t *transport) listen(port int) error {
 func (t *transport) open() { t.readyOnce.Do(func() { close(t.ready) }) }
 
 // configure sets what the guards check: the cluster label every packet and
-// stream must carry ("" for none) and whether memberlist encrypts. Call it
-// before open, with memberlist's final configuration.
-func (t *transport) configure(label string, encrypted bool) {
-	t.label, t.encrypted = label, encrypted
-	t.guard = &streamGuard{label: label, encrypted: encrypted, stats: &t.stats, log: t.drops,
+// stream must carry ("" for none) and whether memberlist accepts encrypted
+// messages only (encryption on and GossipVerifyIncoming, its default; with
+// it off, plain messages are screened as on a plain node). Call it before
+// open, with memberlist's final configuration.
+func (t *transport) configure(label string, encryption, verifyIncoming bool) {
+	t.label, t.encrypted = label, encryption && verifyIncoming
+	t.guard = &streamGuard{label: label, encryption: encryption, encrypted: t.encrypted, stats: &t.stats, log: t.drops,
 		budget: streamBudget, timeout: streamTimeout}
 }
 

@@ -19,7 +19,7 @@ func newTestTransport(t *testing.T) *transport {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Shutdown() })
-	tr.configure("", false) // no label: the guards let these tests' raw bytes through
+	tr.configure("", false, true) // no label: the guards let these tests' raw bytes through
 	tr.open()
 	return tr
 }
@@ -33,7 +33,7 @@ func TestTransportHoldsWhatItReceivesUntilOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Shutdown()
-	tr.configure("", false)
+	tr.configure("", false, true)
 	sender, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
 	if err != nil {
 		t.Fatal(err)
