@@ -54,9 +54,11 @@ const (
 	// maxUserState caps a push-pull's user state: what localState can
 	// produce is stateBudget plus the entries that cross it.
 	maxUserState = stateBudget + 1<<20
-	// maxUserMsg caps a reliable user message: Sluice sends resets over
-	// streams, at most resendBudget plus one entry.
-	maxUserMsg = 1 << 20
+	// maxUserMsg caps a reliable user message. Sluice sends resets over
+	// streams: a resend is at most resendBudget plus one entry, but a reset
+	// of many rules for one long key is not split, so the cap is the same
+	// as a push-pull's user state.
+	maxUserMsg = maxUserState
 	// maxPlainOther caps a plain stream of another kind (a TCP ping).
 	maxPlainOther = 4 << 10
 	// maxStreamBytes caps what one stream may declare: the largest

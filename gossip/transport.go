@@ -52,6 +52,11 @@ type transport struct {
 	stats     TransportStats
 	drops     *dropLog
 
+	// screening are the streams whose header is being read: Shutdown
+	// closes them rather than wait out their deadline.
+	screenMu  sync.Mutex
+	screening map[net.Conn]struct{}
+
 	closing atomic.Bool
 	stop    chan struct{}
 	once    sync.Once
@@ -88,6 +93,8 @@ func newTransport(addr string, port int, logger *log.Logger) (*transport, error)
 		ready:   make(chan struct{}),
 		stop:    make(chan struct{}),
 		drops:   newDropLog(logger),
+
+		screening: map[net.Conn]struct{}{},
 	}
 	t.configure(DefaultLabel, false, true)
 	// With port 0 the kernel picks a TCP port that may be taken for UDP:
@@ -226,6 +233,11 @@ func (t *transport) Shutdown() error {
 		close(t.stop)
 		t.tcp.Close()
 		t.udp.Close()
+		t.screenMu.Lock()
+		for c := range t.screening {
+			c.Close()
+		}
+		t.screenMu.Unlock()
 		t.wg.Wait()
 	})
 	return nil
@@ -307,7 +319,19 @@ func (t *transport) acceptStreams() {
 // screenStream hands conn to memberlist if its header passes the guard.
 func (t *transport) screenStream(conn *net.TCPConn) {
 	defer t.wg.Done()
+	t.screenMu.Lock()
+	if t.closing.Load() {
+		t.screenMu.Unlock()
+		conn.Close()
+		t.guard.release(0)
+		return
+	}
+	t.screening[conn] = struct{}{}
+	t.screenMu.Unlock()
 	gc, declared, err := t.guard.screen(conn)
+	t.screenMu.Lock()
+	delete(t.screening, conn)
+	t.screenMu.Unlock()
 	if err != nil {
 		conn.Close()
 		t.guard.refused(declared, conn.RemoteAddr(), err)

@@ -162,3 +162,26 @@ func TestTransportAdvertiseAddr(t *testing.T) {
 		t.Fatal("an unresolvable bind address was accepted")
 	}
 }
+
+// Shutdown does not wait out the deadline of a stream whose header has not
+// come: it closes it.
+func TestTransportShutdownClosesStreamsBeingScreened(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.configure("sluice", false, true)
+	tr.open()
+	c, err := net.Dial("tcp", addrOf(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, "the silent stream is being screened", func() bool { return tr.stats.StreamsOpen.Load() == 1 })
+	start := time.Now()
+	tr.Shutdown()
+	if took := time.Since(start); took > streamTimeout/2 {
+		t.Fatalf("Shutdown took %s: it waited for a silent stream", took)
+	}
+}
