@@ -9,7 +9,6 @@ import (
 	"math"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -117,7 +116,6 @@ type streamGuard struct {
 	encrypted  bool // memberlist accepts encrypted streams only
 	stats      *TransportStats
 	log        *dropLog
-	active     atomic.Int64
 	mu         sync.Mutex
 	reserved   int64 // bytes declared by open streams; under mu
 	budget     int64
@@ -126,16 +124,15 @@ type streamGuard struct {
 
 // acquire takes a stream slot; false means maxStreams are open.
 func (g *streamGuard) acquire() bool {
-	if g.active.Add(1) > maxStreams {
-		g.active.Add(-1)
+	if g.stats.StreamsOpen.Add(1) > maxStreams {
+		g.stats.StreamsOpen.Add(-1)
 		return false
 	}
-	g.stats.StreamsOpen.Store(g.active.Load())
 	return true
 }
 
 func (g *streamGuard) release(reserved int64) {
-	g.stats.StreamsOpen.Store(g.active.Add(-1))
+	g.stats.StreamsOpen.Add(-1)
 	if reserved > 0 {
 		g.mu.Lock()
 		g.reserved -= reserved

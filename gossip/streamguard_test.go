@@ -121,8 +121,8 @@ func TestGuardedConnReplaysAndLimits(t *testing.T) {
 	}
 	gc.Close()
 	gc.Close()
-	if g.active.Load() != 0 || g.reserved != 0 {
-		t.Fatalf("after close: %d open, %d reserved", g.active.Load(), g.reserved)
+	if g.stats.StreamsOpen.Load() != 0 || g.reserved != 0 {
+		t.Fatalf("after close: %d open, %d reserved", g.stats.StreamsOpen.Load(), g.reserved)
 	}
 }
 
