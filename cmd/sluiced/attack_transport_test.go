@@ -452,3 +452,53 @@ func TestGossipUndecryptablePacketFloodIsLoggedOncePerInterval(t *testing.T) {
 		t.Fatalf("%d log lines for 500 undecryptable packets: not rate-limited", lines)
 	}
 }
+
+// The same flood against a daemon without a key: 1,000 streams whose plain
+// headers declare the largest user message or push-pull Sluice accepts (9
+// MiB of user state, which memberlist allocates as soon as it has read the
+// header), each sending 1 MiB, 50 at a time. Peak RSS grows by less than
+// transportMemoryBoundMiB.
+func TestGossipPlainDeclaredLengthFloodIsBounded(t *testing.T) {
+	metrics := "127.0.0.1:" + freePort(t)
+	n := startTransportNode(t, "victim", "", "--metrics-addr", metrics)
+	eventually(t, "metrics answer", func() bool {
+		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
+		return code == 200
+	})
+	pid := n.p.cmd.Process.Pid
+	baseRSS, baseHWM := procKiB(t, pid, "VmRSS"), procKiB(t, pid, "VmHWM")
+	junk := make([]byte, 64<<10)
+	start := time.Now()
+	flood(1000, 50, 60*time.Second, func(i int) {
+		c, err := net.DialTimeout("tcp", n.gossip, 5*time.Second)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(15 * time.Second))
+		header := streamCrashPayload(9 << 20)
+		if i%2 == 1 {
+			header = pushPullCrashPayload(2048, 9<<20)
+		}
+		if _, err := c.Write(header); err != nil {
+			return
+		}
+		for sent := 0; sent < 1<<20; sent += len(junk) {
+			if _, err := c.Write(junk); err != nil {
+				return
+			}
+		}
+	})
+	t.Logf("1,000 plain streams declaring 9 MiB each: %s", time.Since(start).Round(time.Millisecond))
+	n.assertUp(t, "after the flood")
+	hwm := procKiB(t, pid, "VmHWM")
+	grew := (hwm - max(baseHWM, baseRSS)) >> 10
+	t.Logf("RSS before %d MiB, peak after %d MiB: grew %d MiB (bound %d MiB)", baseRSS>>10, hwm>>10, grew, transportMemoryBoundMiB)
+	for _, r := range []string{"length", "busy", "budget", "timeout"} {
+		t.Logf("refused for %s: %v", r, transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="`+r+`"}`))
+	}
+	t.Logf("accepted: %v", transportMetric(t, metrics, "sluice_gossip_streams_accepted_total"))
+	if grew > transportMemoryBoundMiB {
+		t.Fatalf("peak RSS grew by %d MiB under the flood, bound %d MiB", grew, transportMemoryBoundMiB)
+	}
+}
