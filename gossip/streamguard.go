@@ -62,7 +62,7 @@ const (
 	maxPlainOther = 4 << 10
 	// maxStreamBytes caps what one stream may declare: the largest
 	// push-pull this node could send (header, maxPushNodes node states,
-	// maxUserState), plus encryption's overhead. 12.5 MiB, well under
+	// maxUserState), plus encryption's overhead. About 12 MiB, well under
 	// memberlist's 20 MiB.
 	maxStreamBytes = 1<<10 + maxPushNodes*maxNodeStateBytes + maxUserState + 64
 	// streamBudget caps the bytes all open streams together may declare.

@@ -233,7 +233,7 @@ func flood(n, conc int, limit time.Duration, attack func(i int)) {
 }
 
 // transportMemoryBoundMiB is the most a pre-auth stream flood may grow
-// sluiced's peak RSS by: the stream budget (2 × 12.5 MiB + 8 MiB declared at
+// sluiced's peak RSS by: the stream budget (2 × 12 MiB + 8 MiB declared at
 // once, held about three times over by memberlist while it reads and
 // decrypts) and the 32 open streams' buffers, with room for the collector.
 const transportMemoryBoundMiB = 160
