@@ -114,6 +114,7 @@ func (m *metrics) registerGossip(s *gossip.Syncer) {
 	} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "Gossip traffic: " + name + "."}, f))
 	}
+	m.registerTransport(s.Transport())
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_members_alive", Help: "Cluster members believed alive, this node included."},
 		func() float64 { return float64(s.NumAlive()) }))
 	for _, state := range []string{"alive", "suspect", "dead", "left"} {
@@ -133,6 +134,33 @@ func (m *metrics) registerGossip(s *gossip.Syncer) {
 			return float64(c.Left)
 		}))
 	}
+}
+
+// registerTransport adds what the gossip transport refused before memberlist.
+func (m *metrics) registerTransport(ts *gossip.TransportStats) {
+	for _, reason := range gossip.StreamRefusals {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_gossip_streams_refused_total", ConstLabels: prometheus.Labels{"reason": reason},
+			Help: "Inbound gossip streams refused before memberlist read them, by reason.",
+		}, func() float64 { return float64(ts.StreamsRefused(reason)) }))
+	}
+	for _, reason := range gossip.PacketRefusals {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_gossip_packets_refused_total", ConstLabels: prometheus.Labels{"reason": reason},
+			Help: "Gossip packets refused before memberlist read them, by reason.",
+		}, func() float64 { return float64(ts.PacketsRefused(reason)) }))
+	}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_gossip_stream_bytes_refused_total",
+			Help: "Bytes refused gossip streams declared they would send."},
+			func() float64 { return float64(ts.BytesRefused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_gossip_streams_accepted_total",
+			Help: "Inbound gossip streams handed to memberlist."},
+			func() float64 { return float64(ts.StreamsAccepted.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_gossip_streams_open",
+			Help: "Inbound gossip streams open now (at most 32)."},
+			func() float64 { return float64(ts.StreamsOpen.Load()) }),
+	)
 }
 
 func (m *metrics) forRule(name string) ruleCounters {

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bytes"
+	"fmt"
 	"log"
 	"strings"
 	"sync/atomic"
@@ -29,13 +30,26 @@ import (
 //     while strangers knock.
 //
 // Every other line keeps its level, as hclog's InferLevels would give it.
+// Lines about a bad packet or stream from a peer (strangers can send any
+// number) are logged at most once per kind per dropLogInterval, with how
+// many there were (see mlNoisy).
 func memberlistLog(l hclog.Logger, leaving *atomic.Bool) *log.Logger {
-	return log.New(&mlWriter{log: l, leaving: leaving}, "", 0)
+	return log.New(&mlWriter{log: l, leaving: leaving, limit: newDropLog(nil)}, "", 0)
 }
 
 type mlWriter struct {
 	log     hclog.Logger
 	leaving *atomic.Bool
+	limit   *dropLog
+}
+
+// mlNoisy are the texts of memberlist's lines about one bad packet or stream.
+var mlNoisy = []string{
+	"Decrypt packet failed", "unacceptable label", "label header", "cannot decode label", "not supported",
+	"Failed to decode", "invalid checksum", "handler queue full", "missing message type byte",
+	"Compound request had", "failed to receive", "Failed to receive", "Failed to read remote state",
+	"Failed push/pull merge", "Got ping for unexpected node", "Received invalid msgType", "Too many pending push/pull",
+	"Remote node state size", "encryption is configured but", "remote state is encrypted",
 }
 
 // peerGone are error texts that say the other end of a connection went away.
@@ -62,6 +76,20 @@ func (w *mlWriter) Write(p []byte) (int, error) {
 			level = hclog.Debug
 		case containsAny(msg, peerGone), containsAny(msg, stranger):
 			level = hclog.Warn
+		}
+	}
+	if level >= hclog.Warn {
+		for _, kind := range mlNoisy {
+			if strings.Contains(msg, kind) {
+				n, ok := w.limit.admit(kind)
+				if !ok {
+					return len(p), nil
+				}
+				if n > 1 {
+					msg += fmt.Sprintf(" (%d like this in the last %s)", n, dropLogInterval)
+				}
+				break
+			}
 		}
 	}
 	w.log.Log(level, msg)

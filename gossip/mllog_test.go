@@ -38,3 +38,25 @@ func TestMemberlistLogLevels(t *testing.T) {
 		}
 	}
 }
+
+// memberlist logs a line per bad packet; a stranger's flood of them yields
+// one line per kind per interval, with the count.
+func TestMemberlistBadPacketLinesAreRateLimited(t *testing.T) {
+	var out bytes.Buffer
+	var leaving atomic.Bool
+	l := memberlistLog(hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Trace}), &leaving)
+	for range 500 {
+		l.Println("[ERR] memberlist: Decrypt packet failed: cipher: message authentication failed from=192.0.2.1:7946")
+		l.Println("[ERR] memberlist: discarding packet with unacceptable label \"x\": from=192.0.2.1:7946")
+		l.Println("[INFO] memberlist: Suspect b has failed, no acks received")
+	}
+	if n := strings.Count(out.String(), "Decrypt packet failed"); n != 1 {
+		t.Fatalf("%d lines for 500 undecryptable packets", n)
+	}
+	if n := strings.Count(out.String(), "unacceptable label"); n != 1 {
+		t.Fatalf("%d lines for 500 packets of another cluster", n)
+	}
+	if n := strings.Count(out.String(), "Suspect b"); n != 500 {
+		t.Fatalf("%d of 500 other lines kept", n)
+	}
+}

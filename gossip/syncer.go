@@ -54,6 +54,8 @@ type Syncer struct {
 	stats    Stats
 	census   *censusSink
 	resets   resetState // under mu, but for its resend channel
+	// transport is memberlist's network, for its counters.
+	transport *transport
 }
 
 type counterKey struct{ origin, rule, key string }
@@ -152,6 +154,8 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	if cfg.MemberlistConfig != nil {
 		cfg.MemberlistConfig(mlc)
 	}
+	nt.configure(mlc.Label, mlc.SecretKey != nil || (mlc.Keyring != nil && len(mlc.Keyring.GetKeys()) > 0), mlc.GossipVerifyIncoming)
+	s.transport = nt
 	s.ml, err = memberlist.Create(mlc)
 	if err != nil {
 		nt.Shutdown()
@@ -223,6 +227,9 @@ func (s *Syncer) Flush() { s.round() }
 
 // Stats returns the syncer's counters.
 func (s *Syncer) Stats() *Stats { return &s.stats }
+
+// Transport returns what the gossip transport refused before memberlist.
+func (s *Syncer) Transport() *TransportStats { return &s.transport.stats }
 
 // Member is one node as this node sees it.
 type Member struct {

@@ -23,6 +23,11 @@ import (
 // copied out at its own size (memberlist may hold a packet's bytes after the
 // next read, so they cannot share a buffer). Peer addresses given as
 // IP:port are parsed without the resolver.
+//
+// It also screens what it receives before memberlist sees it: each inbound
+// stream through a streamGuard (streamguard.go), each packet through
+// checkPacket (packetguard.go). What it refuses is counted in stats and
+// logged at most once per cause per interval.
 type transport struct {
 	udp  *net.UDPConn
 	tcp  *net.TCPListener
@@ -39,6 +44,18 @@ type transport struct {
 	// this node learned of it (see open).
 	ready     chan struct{}
 	readyOnce sync.Once
+
+	// Set by configure before open, read after waitReady.
+	label     string
+	encrypted bool // memberlist accepts encrypted messages only
+	guard     *streamGuard
+	stats     TransportStats
+	drops     *dropLog
+
+	// screening are the streams whose header is being read: Shutdown
+	// closes them rather than wait out their deadline.
+	screenMu  sync.Mutex
+	screening map[net.Conn]struct{}
 
 	closing atomic.Bool
 	stop    chan struct{}
@@ -75,7 +92,11 @@ func newTransport(addr string, port int, logger *log.Logger) (*transport, error)
 		streams: make(chan net.Conn),
 		ready:   make(chan struct{}),
 		stop:    make(chan struct{}),
+		drops:   newDropLog(logger),
+
+		screening: map[net.Conn]struct{}{},
 	}
+	t.configure(DefaultLabel, false, true)
 	// With port 0 the kernel picks a TCP port that may be taken for UDP:
 	// try a few.
 	for attempt := 0; ; attempt++ {
@@ -123,6 +144,17 @@ func (t *transport) listen(port int) error {
 // node had been, or had gone (TestSigtermUnderLoadAnswersClientsAndLeaves
 // once failed so: "b hears that a left" never came).
 func (t *transport) open() { t.readyOnce.Do(func() { close(t.ready) }) }
+
+// configure sets what the guards check: the cluster label every packet and
+// stream must carry ("" for none) and whether memberlist accepts encrypted
+// messages only (encryption on and GossipVerifyIncoming, its default; with
+// it off, plain messages are screened as on a plain node). Call it before
+// open, with memberlist's final configuration.
+func (t *transport) configure(label string, encryption, verifyIncoming bool) {
+	t.label, t.encrypted = label, encryption && verifyIncoming
+	t.guard = &streamGuard{label: label, encryption: encryption, encrypted: t.encrypted, stats: &t.stats, log: t.drops,
+		budget: streamBudget, timeout: streamTimeout}
+}
 
 // waitReady blocks until open or Shutdown; false means Shutdown.
 func (t *transport) waitReady() bool {
@@ -201,6 +233,11 @@ func (t *transport) Shutdown() error {
 		close(t.stop)
 		t.tcp.Close()
 		t.udp.Close()
+		t.screenMu.Lock()
+		for c := range t.screening {
+			c.Close()
+		}
+		t.screenMu.Unlock()
 		t.wg.Wait()
 	})
 	return nil
@@ -225,6 +262,11 @@ func (t *transport) readPackets() {
 		}
 		if !t.waitReady() {
 			return
+		}
+		if reason := checkPacket(buf[:n], t.label, t.encrypted); reason != "" {
+			t.stats.countPacket(reason)
+			t.drops.drop("refused a gossip packet: "+reason, from, nil)
+			continue
 		}
 		p := &memberlist.Packet{
 			Buf:       append(make([]byte, 0, n), buf[:n]...),
@@ -264,11 +306,41 @@ func (t *transport) acceptStreams() {
 			conn.Close()
 			return
 		}
-		select {
-		case t.streams <- conn:
-		case <-t.stop:
+		if !t.guard.acquire() {
 			conn.Close()
-			return
+			t.guard.refused(0, conn.RemoteAddr(), refuse(RefusedBusy, "too many streams open"))
+			continue
 		}
+		t.wg.Add(1)
+		go t.screenStream(conn)
+	}
+}
+
+// screenStream hands conn to memberlist if its header passes the guard.
+func (t *transport) screenStream(conn *net.TCPConn) {
+	defer t.wg.Done()
+	t.screenMu.Lock()
+	if t.closing.Load() {
+		t.screenMu.Unlock()
+		conn.Close()
+		t.guard.release(0)
+		return
+	}
+	t.screening[conn] = struct{}{}
+	t.screenMu.Unlock()
+	gc, declared, err := t.guard.screen(conn)
+	t.screenMu.Lock()
+	delete(t.screening, conn)
+	t.screenMu.Unlock()
+	if err != nil {
+		conn.Close()
+		t.guard.refused(declared, conn.RemoteAddr(), err)
+		return
+	}
+	select {
+	case t.streams <- gc:
+		t.stats.StreamsAccepted.Add(1)
+	case <-t.stop:
+		gc.Close()
 	}
 }

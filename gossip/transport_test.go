@@ -19,6 +19,7 @@ func newTestTransport(t *testing.T) *transport {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Shutdown() })
+	tr.configure("", false, true) // no label: the guards let these tests' raw bytes through
 	tr.open()
 	return tr
 }
@@ -32,6 +33,7 @@ func TestTransportHoldsWhatItReceivesUntilOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Shutdown()
+	tr.configure("", false, true)
 	sender, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +47,9 @@ func TestTransportHoldsWhatItReceivesUntilOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if _, err := c.Write([]byte{mlPing}); err != nil { // a header the stream guard lets through
+		t.Fatal(err)
+	}
 	select {
 	case <-tr.PacketCh():
 		t.Fatal("a packet was handed on before open")
@@ -116,6 +121,9 @@ func TestTransportStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	if _, err := conn.Write([]byte{mlPing}); err != nil { // a header the stream guard lets through
+		t.Fatal(err)
+	}
 	var in net.Conn
 	select {
 	case in = <-b.StreamCh():
@@ -126,8 +134,8 @@ func TestTransportStreams(t *testing.T) {
 	if _, err := conn.Write([]byte("state")); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 5)
-	if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "state" {
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "\x00state" {
 		t.Fatalf("read %q, %v", buf, err)
 	}
 	a.Shutdown()
@@ -152,5 +160,28 @@ func TestTransportAdvertiseAddr(t *testing.T) {
 	}
 	if _, err := newTransport("no.such.host.invalid", 0, log.New(io.Discard, "", 0)); err == nil {
 		t.Fatal("an unresolvable bind address was accepted")
+	}
+}
+
+// Shutdown does not wait out the deadline of a stream whose header has not
+// come: it closes it.
+func TestTransportShutdownClosesStreamsBeingScreened(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.configure("sluice", false, true)
+	tr.open()
+	c, err := net.Dial("tcp", addrOf(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, "the silent stream is being screened", func() bool { return tr.stats.StreamsOpen.Load() == 1 })
+	start := time.Now()
+	tr.Shutdown()
+	if took := time.Since(start); took > streamTimeout/2 {
+		t.Fatalf("Shutdown took %s: it waited for a silent stream", took)
 	}
 }

@@ -1,0 +1,436 @@
+package gossip
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"time"
+)
+
+// The stream guard stands between the TCP listener and memberlist. memberlist
+// trusts what a stream declares: a plain user message's header says how many
+// bytes to make([]byte, n) (a 30-byte stream declaring 2^62 killed the
+// daemon), a plain push-pull says how many node states to allocate and how
+// long its user state is, and an encrypted frame says how many bytes to
+// buffer (up to 20 MiB each) before the key is checked. So before memberlist
+// sees a stream the guard reads its first bytes (at most streamPeekSize),
+// parses memberlist's framing exactly as memberlist will (net.go handleConn,
+// readStream, readRemoteState, readUserMsg; label.go), refuses what Sluice
+// never sends or what declares more than Sluice could, reserves the bytes the
+// stream may make memberlist hold from a budget shared by all streams not
+// yet closed, and hands memberlist a connection that replays the peeked bytes
+// and then reads no more than the header declared. Every stream also has an
+// absolute deadline memberlist cannot extend. Nothing a peer declares is
+// allocated before it is checked.
+
+// Stream caps.
+const (
+	// maxStreams is how many inbound streams may be open at once (being
+	// screened or with memberlist); beyond, a new one is closed at once.
+	// memberlist opens one per push-pull (one per PushPullInterval per
+	// peer, plus joins), per reliable user message and per TCP ping.
+	maxStreams = 32
+	// streamTimeout is the longest a stream may stay open, header included.
+	// memberlist's own TCPTimeout (10 s in its LAN config) cannot extend it.
+	streamTimeout = 10 * time.Second
+	// streamPeekSize is what is read before deciding: a label header (at
+	// most 257 bytes), the type, and a stream header (under 64 bytes).
+	streamPeekSize = 512
+
+	// maxPushNodes caps the node states a plain push-pull may declare.
+	// memberlist sends every node it knows, dead ones included, until it
+	// reaps them; a Sluice cluster of thousands is far beyond its design.
+	maxPushNodes = 2048
+	// maxNodeStateBytes bounds one encoded node state: a name of at most
+	// 512 bytes (maxNameLen), a 16-byte address, 512 bytes of meta
+	// (memberlist's MetaMaxSize), and field names and small ints.
+	maxNodeStateBytes = 1536
+	// maxUserState caps a push-pull's user state: what localState can
+	// produce is stateBudget plus the entries that cross it.
+	maxUserState = stateBudget + 1<<20
+	// maxUserMsg caps a reliable user message. Sluice sends resets over
+	// streams: a resend is at most resendBudget plus one entry, but a reset
+	// of many rules for one long key is not split, so the cap is the same
+	// as a push-pull's user state.
+	maxUserMsg = maxUserState
+	// maxPlainOther caps a plain stream of another kind (a TCP ping).
+	maxPlainOther = 4 << 10
+	// maxStreamBytes caps what one stream may declare: the largest
+	// push-pull this node could send (header, maxPushNodes node states,
+	// maxUserState), plus encryption's overhead. About 12 MiB, well under
+	// memberlist's 20 MiB.
+	maxStreamBytes = 1<<10 + maxPushNodes*maxNodeStateBytes + maxUserState + 64
+	// streamBudget caps the bytes all open streams together may declare.
+	// memberlist holds up to about three times a stream's declared size
+	// while reading and decrypting it (a doubling buffer, then the
+	// plaintext), so this bounds their memory at about 100 MiB however many
+	// strangers connect. It admits two largest streams at once.
+	streamBudget = 2*maxStreamBytes + 8<<20
+)
+
+// memberlist's message types (net.go) and label header (label.go).
+const (
+	mlPing       = 0
+	mlPushPull   = 6
+	mlCompound   = 7
+	mlUser       = 8
+	mlCompress   = 9
+	mlEncrypt    = 10
+	mlHasCrc     = 12
+	mlHasLabel   = 244
+	mlCrcHeader  = 5 // type byte and CRC-32
+	mlFrameFixed = 5 // encrypted frame: type byte and big-endian uint32 length
+)
+
+// Stream refusal reasons, the label values of sluice_gossip_streams_refused_total.
+const (
+	RefusedBusy       = "busy"       // maxStreams already open
+	RefusedTimeout    = "timeout"    // the header did not arrive in time, or the connection failed
+	RefusedLabel      = "label"      // missing, malformed or another cluster's label
+	RefusedEncryption = "encryption" // plain to an encrypted node or the reverse
+	RefusedType       = "type"       // a kind of stream Sluice never sends (compressed, unknown)
+	RefusedHeader     = "header"     // a header not as memberlist encodes it
+	RefusedLength     = "length"     // a declared length or count beyond the caps
+	RefusedBudget     = "budget"     // open streams already declare streamBudget bytes
+)
+
+// StreamRefusals lists the stream refusal reasons.
+var StreamRefusals = []string{RefusedBusy, RefusedTimeout, RefusedLabel, RefusedEncryption, RefusedType, RefusedHeader, RefusedLength, RefusedBudget}
+
+// errRefused carries why a stream or packet was refused.
+type errRefused struct{ reason, detail string }
+
+func (e *errRefused) Error() string { return e.reason + ": " + e.detail }
+
+func refuse(reason, detail string) error { return &errRefused{reason, detail} }
+
+// streamGuard holds the limits shared by all inbound streams.
+type streamGuard struct {
+	label      string
+	encryption bool // memberlist decrypts encrypted streams
+	encrypted  bool // memberlist accepts encrypted streams only
+	stats      *TransportStats
+	log        *dropLog
+	mu         sync.Mutex
+	reserved   int64 // bytes declared by open streams; under mu
+	budget     int64
+	timeout    time.Duration
+}
+
+// acquire takes a stream slot; false means maxStreams are open.
+func (g *streamGuard) acquire() bool {
+	if g.stats.StreamsOpen.Add(1) > maxStreams {
+		g.stats.StreamsOpen.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (g *streamGuard) release(reserved int64) {
+	g.stats.StreamsOpen.Add(-1)
+	if reserved > 0 {
+		g.mu.Lock()
+		g.reserved -= reserved
+		g.mu.Unlock()
+	}
+}
+
+func (g *streamGuard) reserve(n int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reserved+n > g.budget {
+		return false
+	}
+	g.reserved += n
+	return true
+}
+
+// refused counts and logs (rate-limited) a refused stream.
+func (g *streamGuard) refused(declared int64, from net.Addr, err error) {
+	reason := RefusedTimeout
+	if r, ok := err.(*errRefused); ok {
+		reason = r.reason
+	}
+	g.stats.countStream(reason, declared)
+	g.log.drop("refused a gossip stream: "+reason, from, err)
+}
+
+// screen reads conn's header and returns the connection memberlist may
+// read, or an error naming why conn was refused (*errRefused) and the bytes
+// the refused stream declared. conn holds a slot; the returned connection
+// gives it back on Close. On error the caller closes conn and the slot is
+// given back here.
+func (g *streamGuard) screen(conn net.Conn) (net.Conn, int64, error) {
+	deadline := time.Now().Add(g.timeout)
+	conn.SetDeadline(deadline)
+	br := bufio.NewReaderSize(conn, streamPeekSize)
+	limit, err := g.parse(br)
+	if err != nil {
+		g.release(0)
+		return nil, limit, err
+	}
+	if !g.reserve(limit) {
+		g.release(0)
+		return nil, limit, refuse(RefusedBudget, "open streams declare too much already")
+	}
+	peeked, _ := br.Peek(br.Buffered())
+	if int64(len(peeked)) > limit {
+		peeked = peeked[:limit]
+	}
+	rest := limit - int64(len(peeked))
+	return &guardedConn{
+		Conn:     conn,
+		r:        io.MultiReader(bytes.NewReader(bytes.Clone(peeked)), io.LimitReader(conn, rest)),
+		deadline: deadline,
+		done:     func() { g.release(limit) },
+	}, 0, nil
+}
+
+// peekReader is what parse reads a header from.
+type peekReader interface {
+	Peek(n int) ([]byte, error)
+}
+
+// parse reads memberlist's framing from the start of a stream and returns
+// how many bytes, from the stream's first, memberlist may read.
+func (g *streamGuard) parse(br peekReader) (int64, error) {
+	peek := func(n int) ([]byte, error) {
+		b, err := br.Peek(n)
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return nil, refuse(RefusedHeader, "header too long")
+			}
+			return nil, refuse(RefusedTimeout, "read the header: "+err.Error())
+		}
+		return b, nil
+	}
+	b, err := peek(1)
+	if err != nil {
+		return 0, err
+	}
+	off := 0
+	if b[0] == mlHasLabel {
+		if b, err = peek(2); err != nil {
+			return 0, err
+		}
+		size := int(b[1])
+		if size == 0 {
+			return 0, refuse(RefusedLabel, "empty label header")
+		}
+		if b, err = peek(2 + size); err != nil {
+			return 0, err
+		}
+		if string(b[2:2+size]) != g.label {
+			return 0, refuse(RefusedLabel, "another cluster's label")
+		}
+		off = 2 + size
+	} else if g.label != "" {
+		return 0, refuse(RefusedLabel, "no label")
+	}
+	if b, err = peek(off + 1); err != nil {
+		return 0, err
+	}
+	typ := b[off]
+	off++
+	if typ == mlEncrypt {
+		if !g.encryption {
+			return 0, refuse(RefusedEncryption, "an encrypted stream to a plain node")
+		}
+		if b, err = peek(off + 4); err != nil {
+			return 0, err
+		}
+		n := int64(binary.BigEndian.Uint32(b[off:]))
+		if n > maxStreamBytes {
+			return n, refuse(RefusedLength, "an encrypted frame beyond the cap")
+		}
+		return int64(off+4) + n, nil
+	}
+	if g.encrypted {
+		return 0, refuse(RefusedEncryption, "a plain stream to an encrypted node")
+	}
+	switch typ {
+	case mlPing:
+		return int64(off) + maxPlainOther, nil
+	case mlUser, mlPushPull:
+	default:
+		return 0, refuse(RefusedType, "a kind of stream Sluice never sends")
+	}
+	var h streamHeader
+	end, err := h.parse(peek, off, typ == mlPushPull)
+	if err != nil {
+		return 0, err
+	}
+	if typ == mlUser {
+		if h.userMsgLen > maxUserMsg {
+			return h.userMsgLen, refuse(RefusedLength, "a user message beyond the cap")
+		}
+		return int64(end) + h.userMsgLen, nil
+	}
+	if h.nodes > maxPushNodes || h.userStateLen > maxUserState {
+		return h.nodes*maxNodeStateBytes + h.userStateLen, refuse(RefusedLength, "a push-pull beyond the caps")
+	}
+	return int64(end) + h.nodes*maxNodeStateBytes + h.userStateLen, nil
+}
+
+// streamHeader is a plain user message's or push-pull's header.
+type streamHeader struct {
+	userMsgLen, nodes, userStateLen int64
+}
+
+// parse reads the msgpack map memberlist's codec writes for userMsgHeader
+// ({UserMsgLen}) or pushPullHeader ({Nodes, UserStateLen, Join}) at off, and
+// returns where it ends. It is strict: a map of distinct known string keys
+// with integer (bool for Join) values, negative lengths refused. The codec
+// would also read an array, other key encodings or unknown keys; Sluice's
+// memberlist never writes them, so they are refused rather than guessed at.
+func (h *streamHeader) parse(peek func(int) ([]byte, error), off int, pushPull bool) (int, error) {
+	b, err := peek(off + 1)
+	if err != nil {
+		return 0, err
+	}
+	n := int(b[off])
+	if n < 0x80 || n > 0x83 {
+		return 0, refuse(RefusedHeader, "not a small map")
+	}
+	n -= 0x80
+	off++
+	var have [3]bool
+	for range n {
+		if b, err = peek(off + 1); err != nil {
+			return 0, err
+		}
+		kl := int(b[off])
+		if kl < 0xa0 || kl > 0xbf {
+			return 0, refuse(RefusedHeader, "a key that is not a short string")
+		}
+		kl -= 0xa0
+		if b, err = peek(off + 1 + kl + 1); err != nil {
+			return 0, err
+		}
+		key := string(b[off+1 : off+1+kl])
+		off += 1 + kl
+		field := -1
+		switch {
+		case !pushPull && key == "UserMsgLen":
+			field = 0
+		case pushPull && key == "Nodes":
+			field = 0
+		case pushPull && key == "UserStateLen":
+			field = 1
+		case pushPull && key == "Join":
+			field = 2
+		}
+		if field < 0 || have[field] {
+			return 0, refuse(RefusedHeader, "an unknown or repeated key")
+		}
+		have[field] = true
+		if field == 2 {
+			if c := b[off]; c != 0xc2 && c != 0xc3 {
+				return 0, refuse(RefusedHeader, "Join is not a bool")
+			}
+			off++
+			continue
+		}
+		v, size, err := mpInt(peek, off)
+		if err != nil {
+			return 0, err
+		}
+		off += size
+		if v < 0 {
+			return 0, refuse(RefusedLength, "a negative length")
+		}
+		switch {
+		case !pushPull:
+			h.userMsgLen = v
+		case field == 0:
+			h.nodes = v
+		default:
+			h.userStateLen = v
+		}
+	}
+	return off, nil
+}
+
+// mpInt reads a msgpack integer at off: its value (values beyond int64 are
+// returned as math.MaxInt64) and its encoded size.
+func mpInt(peek func(int) ([]byte, error), off int) (int64, int, error) {
+	b, err := peek(off + 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	c := b[off]
+	switch {
+	case c <= 0x7f:
+		return int64(c), 1, nil
+	case c >= 0xe0:
+		return int64(int8(c)), 1, nil
+	}
+	var size int
+	switch c {
+	case 0xcc, 0xd0:
+		size = 1
+	case 0xcd, 0xd1:
+		size = 2
+	case 0xce, 0xd2:
+		size = 4
+	case 0xcf, 0xd3:
+		size = 8
+	default:
+		return 0, 0, refuse(RefusedHeader, "a length that is not an integer")
+	}
+	if b, err = peek(off + 1 + size); err != nil {
+		return 0, 0, err
+	}
+	p := b[off+1 : off+1+size]
+	var u uint64
+	for _, x := range p {
+		u = u<<8 | uint64(x)
+	}
+	if c >= 0xd0 { // signed: sign-extend
+		shift := 64 - 8*size
+		return int64(u<<shift) >> shift, 1 + size, nil
+	}
+	if u > math.MaxInt64 {
+		return math.MaxInt64, 1 + size, nil
+	}
+	return int64(u), 1 + size, nil
+}
+
+// guardedConn is a screened stream as memberlist reads it: the peeked bytes
+// again, then no more than the header declared, before a deadline it cannot
+// extend. Close gives back the stream's slot and reservation once.
+type guardedConn struct {
+	net.Conn
+	r        io.Reader
+	deadline time.Time
+	done     func()
+	once     sync.Once
+}
+
+func (c *guardedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *guardedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.done)
+	return err
+}
+
+func (c *guardedConn) clamp(t time.Time) time.Time {
+	if t.IsZero() || t.After(c.deadline) {
+		return c.deadline
+	}
+	return t
+}
+
+func (c *guardedConn) SetDeadline(t time.Time) error { return c.Conn.SetDeadline(c.clamp(t)) }
+func (c *guardedConn) SetReadDeadline(t time.Time) error {
+	return c.Conn.SetReadDeadline(c.clamp(t))
+}
+func (c *guardedConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.clamp(t))
+}
