@@ -459,9 +459,10 @@ func TestSecureWrongLabelWithTheRightKeyCannotJoinOrInject(t *testing.T) {
 	const rules = "rules:\n  r:\n    rate: 10/1h\n"
 	a := secureNode(t, dir, "a", rules, nil, "--bind", "127.0.0.1:"+portA, "--gossip-key-file", key,
 		"--cluster-label", "prod", "--gossip-interval", "10ms", "--log-level", "debug")
-	b := secureNode(t, dir, "b", rules, nil, "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
-		"--gossip-key-file", key, "--cluster-label", "staging", "--gossip-interval", "10ms")
-	eventually(t, "b's joins fail, twice", func() bool { return strings.Count(b.p.stderr.String(), "join failed; retrying") >= 2 })
+	const (
+		packetsRefused = `sluice_gossip_packets_refused_total{reason="label"}`
+		streamsRefused = `sluice_gossip_streams_refused_total{reason="label"}`
+	)
 
 	rogue := secureRogue(t, "rogue", "staging")
 	if n, err := rogue.Join([]string{"127.0.0.1:" + portA}); err == nil || n != 0 {
@@ -474,10 +475,19 @@ func TestSecureWrongLabelWithTheRightKeyCannotJoinOrInject(t *testing.T) {
 		t.Fatalf("send packet: %v", err)
 	}
 	rogue.SendReliable(target, secureCounters("rogue", "r", "victim", 2, 0, 4)) // refused by a: an error or not, nothing may land
-	eventually(t, "a discards the packet and the stream for their label", func() bool {
+	// Refused by the transport's guard (or, behind it, by memberlist's own check).
+	eventually(t, "a refuses the packet and the streams (join, send) for their label", func() bool {
 		s := a.p.stderr.String()
-		return strings.Contains(s, `discarding packet with unacceptable label "staging"`) && strings.Contains(s, `discarding stream with unacceptable label "staging"`)
+		byGuard := ipcMetric(t, a.admin, packetsRefused) >= 1 && ipcMetric(t, a.admin, streamsRefused) >= 2
+		byMemberlist := strings.Contains(s, `discarding packet with unacceptable label "staging"`) && strings.Count(s, `discarding stream with unacceptable label "staging"`) >= 2
+		return byGuard || byMemberlist
 	})
+	t.Logf("refused for their label: %v packets, %v streams", ipcMetric(t, a.admin, packetsRefused), ipcMetric(t, a.admin, streamsRefused))
+
+	// A real sluiced with the right key and the other label cannot join either.
+	b := secureNode(t, dir, "b", rules, nil, "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
+		"--gossip-key-file", key, "--cluster-label", "staging", "--gossip-interval", "10ms")
+	eventually(t, "b's joins fail, twice", func() bool { return strings.Count(b.p.stderr.String(), "join failed; retrying") >= 2 })
 
 	// The control: the same packets from a node with the right label count.
 	friend := secureRogue(t, "friend", "prod")
