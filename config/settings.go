@@ -99,7 +99,7 @@ type Settings struct {
 
 // ClusterSettings configure membership and gossip (see package gossip).
 type ClusterSettings struct {
-	Bind             string   // ADDR:PORT memberlist listens on (UDP and TCP); default 0.0.0.0:7946 once enabled
+	Bind             string   // ADDR:PORT memberlist listens on (UDP and TCP); default 0.0.0.0:7946 when only Join is set
 	Advertise        string   // ADDR[:PORT] peers are told; default: the bound address
 	Join             []string // peers to join, HOST:PORT; retried until one answers
 	GossipInterval   time.Duration
@@ -108,7 +108,12 @@ type ClusterSettings struct {
 	PushPullInterval time.Duration
 	Key              []byte // 16, 24 or 32 bytes: encrypt gossip
 	KeyringFile      string // JSON list of base64 keys, the first one primary
-	Label            string // cluster label checked on every packet
+	Label            string // cluster label checked on every packet and stream; required with a key
+	// Insecure lets a cluster that gossips beyond loopback (any Join, or a
+	// Bind that is not a loopback address) run without a key: every host
+	// that can reach it can then join, read and forge consumption. Without
+	// it such a cluster needs Key or KeyringFile (see Validate).
+	Insecure bool
 }
 
 // Enabled reports whether the daemon joins a cluster.
@@ -196,5 +201,5 @@ func (s Settings) Validate() error {
 	case s.SweepInterval <= 0, s.WriteTimeout <= 0, s.ShutdownTimeout <= 0:
 		return fmt.Errorf("settings: sweep interval, write timeout and shutdown timeout must be positive")
 	}
-	return nil
+	return s.Cluster.Validate()
 }

@@ -324,6 +324,7 @@ func (d *Daemon) serveReady(w http.ResponseWriter, r *http.Request) {
 		}
 		d.fallbackView(body)
 	}
+	d.gossipSecurityView(body)
 	if !ready {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
@@ -368,6 +369,12 @@ func (d *Daemon) MembersView() adminapi.MembersView {
 		if m.State == "alive" {
 			v.Drift = m.Meta.RulesHash != hash
 			out.Drift = out.Drift || v.Drift
+			if m.Meta.SecurityKnown {
+				v.Encrypted, v.Labelled = &m.Meta.Encrypted, &m.Meta.Labelled
+				if !m.Meta.Encrypted {
+					out.Unencrypted++
+				}
+			}
 		} else {
 			v.Since = m.Since.UTC().Format(time.RFC3339)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
@@ -109,6 +108,9 @@ func (d *Daemon) newSyncer(extra func(*gossip.Config)) (*gossip.Syncer, error) {
 	if cfg.BindAddr, cfg.BindPort, err = splitHostPort(bind, gossip.DefaultBindPort); err != nil {
 		return nil, fmt.Errorf("cluster bind %q: %w", bind, err)
 	}
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = "0.0.0.0" // ":7946" is every interface, as settings judged it (see config.ClusterSettings.Exposed)
+	}
 	if c.Advertise != "" {
 		if cfg.AdvertiseAddr, cfg.AdvertisePort, err = splitHostPort(c.Advertise, 0); err != nil {
 			return nil, fmt.Errorf("cluster advertise %q: %w", c.Advertise, err)
@@ -153,7 +155,7 @@ func loadKeyring(path string) (*memberlist.Keyring, error) {
 // readKeys reads a keyring file: a JSON list of base64 keys, the first primary.
 // Errors name the file and the key's position, never a key.
 func readKeys(path string) ([][]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := readSecretFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load keyring: %w", err)
 	}

@@ -177,6 +177,7 @@ func New(cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 		d.metrics.registerGossip(d.syncer)
+		d.metrics.registerGossipSecurity(d)
 	}
 	return d, nil
 }
@@ -211,7 +212,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash)
 	if d.syncer != nil {
 		d.syncer.Start()
-		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join)
+		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join,
+			"encrypted", d.settings.Cluster.Encrypted())
+		defer d.startInsecureWarnings(ctx)()
 	}
 	httpCtx, stopHTTP := context.WithCancel(ctx)
 	waitHTTP := d.serveHTTP(httpCtx, eps)

@@ -76,7 +76,7 @@ func TestEmbeddedLimitersShareALimitOverGossip(t *testing.T) {
 	rules := "rules:\n  slow:\n    rate: 5/1h\n"
 	a := embed(t, rules, nil, config.ClusterSettings{Bind: "127.0.0.1:0", GossipInterval: 10 * time.Millisecond})
 	addr := a.Daemon().Syncer().Addr()
-	b := embed(t, rules, nil, config.ClusterSettings{Bind: "127.0.0.1:0", Join: []string{addr}, GossipInterval: 10 * time.Millisecond})
+	b := embed(t, rules, nil, config.ClusterSettings{Bind: "127.0.0.1:0", Join: []string{addr}, GossipInterval: 10 * time.Millisecond, Insecure: true})
 	deadline := time.Now().Add(15 * time.Second)
 	for a.Daemon().Syncer().NumAlive() != 2 || b.Daemon().Syncer().NumAlive() != 2 {
 		if time.Now().After(deadline) {

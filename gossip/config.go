@@ -14,7 +14,9 @@ type Config struct {
 	// NodeName must be unique in the cluster. Required.
 	NodeName string
 	// BindAddr and BindPort: where memberlist listens (UDP and TCP on the
-	// same port). Port 0 picks a free one. Default 0.0.0.0:7946.
+	// same port). Port 0 picks a free one. Default 127.0.0.1:7946: loopback
+	// only, so a Syncer gossips beyond its host only when told an address
+	// (and then should have SecretKey or Keyring).
 	BindAddr string
 	BindPort int
 	// AdvertiseAddr and AdvertisePort: what peers are told to reach; empty
@@ -52,8 +54,9 @@ type Config struct {
 	// without the key can neither join nor be heard.
 	SecretKey []byte
 	Keyring   *memberlist.Keyring
-	// Label is checked on every packet, keeping clusters on one network apart.
-	// Default "sluice".
+	// Label is checked on every packet and stream (memberlist drops one
+	// whose label differs before decrypting it, and authenticates the label
+	// with the key), keeping clusters on one network apart. Default "sluice".
 	Label string
 
 	// Meta is advertised to peers (at most 512 bytes once encoded).
@@ -82,10 +85,15 @@ type Config struct {
 type Meta struct {
 	Version   string
 	RulesHash string
+	// Encrypted and Labelled are what the member says of its gossip, valid
+	// when SecurityKnown (nodes before this version do not say). A Syncer
+	// fills them in from its own Config; what callers set is ignored.
+	Encrypted, Labelled, SecurityKnown bool
 }
 
 // Defaults for Config's zero fields.
 const (
+	DefaultBindAddr         = "127.0.0.1"
 	DefaultBindPort         = 7946
 	DefaultGossipInterval   = 20 * time.Millisecond
 	DefaultGossipNodes      = 4
@@ -100,7 +108,7 @@ func (c *Config) setDefaults() error {
 		return errors.New("gossip: node name is required")
 	}
 	if c.BindAddr == "" {
-		c.BindAddr = "0.0.0.0"
+		c.BindAddr = DefaultBindAddr
 	}
 	if c.GossipInterval <= 0 {
 		c.GossipInterval = DefaultGossipInterval

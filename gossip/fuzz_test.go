@@ -202,6 +202,8 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add(encodeMeta(Meta{Version: "v1.2.3", RulesHash: "0123456789abcdef"}))
 	f.Add(encodeMeta(Meta{}))
 	f.Add(encodeMeta(Meta{Version: strings.Repeat("v", 129)}))
+	f.Add(encodeMeta(Meta{Version: "0.1.0", RulesHash: "h", Encrypted: true, Labelled: true, SecurityKnown: true}))
+	f.Add(encodeMeta(Meta{Version: "0.1.0+git.1", SecurityKnown: true}))
 	for _, b := range malformedPeerBytes {
 		f.Add(b)
 	}

@@ -124,7 +124,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		stop:    make(chan struct{}),
 		resets:  newResetState(),
 	}
-	s.meta = encodeMeta(cfg.Meta)
+	s.meta = encodeMeta(s.ownMeta(cfg.Meta))
 	s.census = installCensus()
 
 	mlc := memberlist.DefaultLANConfig()
@@ -347,7 +347,7 @@ func (s *Syncer) NumAlive() int { return s.ml.NumMembers() }
 // SetMeta re-advertises this node's metadata, e.g. after a rules reload.
 func (s *Syncer) SetMeta(m Meta) error {
 	s.mu.Lock()
-	s.meta = encodeMeta(m)
+	s.meta = encodeMeta(s.ownMeta(m))
 	s.mu.Unlock()
 	return s.ml.UpdateNode(time.Second)
 }
@@ -757,7 +757,7 @@ func (s *Syncer) baselineLocked(origin string, c Counter) {
 
 func encodeMeta(m Meta) []byte {
 	b := mp.AppendArrayHeader(nil, 2)
-	b = mp.AppendStr(b, m.Version)
+	b = mp.AppendStr(b, versionWithSecurity(m))
 	return mp.AppendStr(b, m.RulesHash)
 }
 
@@ -775,7 +775,9 @@ func decodeMeta(b []byte) (Meta, error) {
 	if err != nil {
 		return m, err
 	}
-	return Meta{Version: v, RulesHash: h}, d.End()
+	m = Meta{RulesHash: h}
+	m.Version, m.Encrypted, m.Labelled, m.SecurityKnown = splitSecurity(v)
+	return m, d.End()
 }
 
 // delegate adapts the syncer to memberlist.Delegate.

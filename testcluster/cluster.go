@@ -214,6 +214,7 @@ func (n *Node) start(join []string) error {
 		PushPullInterval: c.opts.PushPullInterval,
 		Key:              c.opts.Key,
 		Label:            "testcluster",
+		Insecure:         len(c.opts.Key) == 0 && len(c.opts.Keyring) == 0, // loopback, in one process
 	}
 	if len(c.opts.Keyring) > 0 {
 		if _, err := os.Stat(c.keyringPath(n.Index)); err != nil { // a restart keeps a rotated ring

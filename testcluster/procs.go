@@ -2,6 +2,8 @@ package testcluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -43,6 +45,14 @@ func StartProcs(opts ProcsOptions) (*Procs, error) {
 		p.Close()
 		return nil, err
 	}
+	// One random key for the cluster, given in the environment (never on the
+	// command line, where every local user could read it).
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("testcluster: gossip key: %w", err)
+	}
+	env := append(os.Environ(), "SLUICE_GOSSIP_KEY="+base64.StdEncoding.EncodeToString(raw[:]))
 	ports := make([]int, opts.N)
 	for i := range ports {
 		if ports[i], err = freeLoopbackPort(); err != nil {
@@ -66,6 +76,7 @@ func StartProcs(opts ProcsOptions) (*Procs, error) {
 			args = append(args, "--join", fmt.Sprintf("127.0.0.1:%d", ports[0]))
 		}
 		cmd := exec.Command(opts.Sluiced, args...)
+		cmd.Env = env
 		if opts.Stderr != nil {
 			cmd.Stderr = opts.Stderr
 		}

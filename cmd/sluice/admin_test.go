@@ -118,11 +118,14 @@ func TestMembersAndRules(t *testing.T) {
 	}{
 		{"members", []string{"members"}, exitOK, func(t *testing.T, out string) {
 			f := row(out, n.d.MembersView().Self)
-			if want := []string{"(self)", self, "alive", daemon.Version, hash[:8], "-"}; !slices.Equal(f[1:], want) {
+			if want := []string{"(self)", self, "alive", daemon.Version, hash[:8], "-", "PLAINTEXT"}; !slices.Equal(f[1:], want) {
 				t.Errorf("self row %q, want %q (no DRIFT)", f, want)
 			}
 			if !strings.Contains(out, "no rules drift: every alive member (1) runs rules "+hash[:8]) {
 				t.Error("no verdict on drift")
+			}
+			if !strings.Contains(out, "gossip PLAINTEXT: 1 of 1 alive members gossip without a key") {
+				t.Error("no warning that gossip runs in the clear")
 			}
 		}},
 		{"members json", []string{"members", "--json"}, exitOK, func(t *testing.T, out string) {
@@ -186,7 +189,7 @@ func mustJSONLine(t *testing.T, out string, v any) {
 
 func TestMembersFlagsRulesDrift(t *testing.T) {
 	fast := func(join ...string) *config.ClusterSettings {
-		return &config.ClusterSettings{Bind: "127.0.0.1:0", Join: join, GossipInterval: 10 * time.Millisecond}
+		return &config.ClusterSettings{Bind: "127.0.0.1:0", Join: join, GossipInterval: 10 * time.Millisecond, Insecure: true}
 	}
 	a := startNode(t, testRules, fast())
 	b := startNode(t, "rules:\n  api:\n    rate: 5/1h\n", fast(a.d.Syncer().Addr()))
@@ -202,7 +205,7 @@ func TestMembersFlagsRulesDrift(t *testing.T) {
 		t.Fatalf("exit %d, want %d; stdout %q stderr %q", code, exitDrift, out, errOut)
 	}
 	bName := b.d.MembersView().Self
-	if f := row(out, bName); len(f) != 6 || f[5] != "DRIFT" || f[4] != b.d.Rules().Hash[:8] {
+	if f := row(out, bName); len(f) != 7 || f[5] != "DRIFT" || f[4] != b.d.Rules().Hash[:8] || f[6] != "PLAINTEXT" {
 		t.Errorf("b's row %q, want its hash and DRIFT", f)
 	}
 	if !strings.Contains(out, "rules DRIFT: 1 of 2 alive members run rules other than this node's") {

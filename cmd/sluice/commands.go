@@ -115,7 +115,7 @@ func members(c *cli.Context, a *adminClient) (int, error) {
 		return code, printJSON(w, raw)
 	}
 	tw := table(w)
-	fmt.Fprintln(tw, "NAME\tADDR\tSTATE\tVERSION\tRULES\tDRIFT")
+	fmt.Fprintln(tw, "NAME\tADDR\tSTATE\tVERSION\tRULES\tDRIFT\tGOSSIP")
 	alive, drifting := 0, 0
 	for _, m := range v.Members {
 		name, state, drift := m.Name, m.State, "-"
@@ -132,7 +132,7 @@ func members(c *cli.Context, a *adminClient) (int, error) {
 			drift = "DRIFT"
 			drifting++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, orDash(m.Addr), state, orDash(m.Version), shortHash(m.RulesHash), drift)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, orDash(m.Addr), state, orDash(m.Version), shortHash(m.RulesHash), drift, gossipCell(m, v.Clustered))
 	}
 	tw.Flush()
 	switch {
@@ -144,6 +144,7 @@ func members(c *cli.Context, a *adminClient) (int, error) {
 	default:
 		fmt.Fprintf(w, "no rules drift: every alive member (%d) runs rules %s\n", alive, shortHash(v.RulesHash))
 	}
+	unencryptedLine(w, v.Unencrypted, alive)
 	return code, nil
 }
 

@@ -451,10 +451,10 @@ func TestResetReachesTheClusterThroughTheCLI(t *testing.T) {
 	cli := buildSluiceCLI(t)
 	dir := tempDir(t)
 	portA, portB := freePort(t), freePort(t)
-	key := "c2x1aWNlLXRlc3Qta2V5LQ=="
-	a := startAdminNode(t, dir, "a", adminRules, "--bind", "127.0.0.1:"+portA, "--gossip-key", key, "--gossip-interval", "10ms")
+	key := secureKeyFile(t, dir, "c2x1aWNlLXRlc3Qta2V5LQ==")
+	a := startAdminNode(t, dir, "a", adminRules, "--bind", "127.0.0.1:"+portA, "--gossip-key-file", key, "--gossip-interval", "10ms")
 	b := startAdminNode(t, dir, "b", adminRules, "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
-		"--gossip-key", key, "--gossip-interval", "10ms")
+		"--gossip-key-file", key, "--gossip-interval", "10ms")
 	eventually(t, "both see two members", func() bool {
 		var m adminapi.MembersView
 		adminJSON(t, a.admin, "/v1/members", &m)

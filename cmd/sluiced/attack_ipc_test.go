@@ -601,9 +601,11 @@ func TestIPCShutdownAndLeaveLogNoErrors(t *testing.T) {
 	dir := tempDir(t)
 	portA, portB := freePort(t), freePort(t)
 	sockA, sockB := filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
-	pa := startDaemon(t, "--socket", sockA, "--bind", "127.0.0.1:"+portA, "--node-name", "a", "--admin-addr", "", "--gossip-interval", "10ms", "--log-level", "debug")
+	key := secureKeyFile(t, dir, "c2x1aWNlLXRlc3Qta2V5LQ==")
+	pa := startDaemon(t, "--socket", sockA, "--bind", "127.0.0.1:"+portA, "--node-name", "a", "--admin-addr", "", "--gossip-interval", "10ms", "--log-level", "debug",
+		"--gossip-key-file", key)
 	pb := startDaemon(t, "--socket", sockB, "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
-		"--node-name", "b", "--admin-addr", "", "--gossip-interval", "10ms", "--log-level", "debug")
+		"--node-name", "b", "--admin-addr", "", "--gossip-interval", "10ms", "--log-level", "debug", "--gossip-key-file", key)
 	eventually(t, "a and b see each other", func() bool {
 		return strings.Contains(pa.stderr.String(), "member joined: name=b") && strings.Contains(pb.stderr.String(), "member joined: name=a")
 	})

@@ -58,15 +58,18 @@ func app() *cli.App {
 			&cli.DurationFlag{Name: "sweep-interval", Value: def.SweepInterval, EnvVars: []string{"SLUICE_SWEEP_INTERVAL"}, Usage: "how often idle full buckets are evicted"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: def.ShutdownTimeout, EnvVars: []string{"SLUICE_SHUTDOWN_TIMEOUT"}, Usage: "how long shutdown waits for in-flight requests"},
 
-			&cli.StringFlag{Name: "bind", EnvVars: []string{"SLUICE_BIND"}, Usage: "ADDR:PORT for cluster gossip (UDP and TCP); setting it or --join turns the cluster on (default port 7946)", Category: "cluster"},
+			&cli.StringFlag{Name: "bind", EnvVars: []string{"SLUICE_BIND"}, Usage: "ADDR:PORT for cluster gossip (UDP and TCP); setting it or --join turns the cluster on (default port 7946); beyond loopback it needs a key or --insecure-gossip", Category: "cluster"},
 			&cli.StringFlag{Name: "advertise", EnvVars: []string{"SLUICE_ADVERTISE"}, Usage: "ADDR[:PORT] peers should use to reach this node (default: the bound address)", Category: "cluster"},
 			&cli.StringSliceFlag{Name: "join", EnvVars: []string{"SLUICE_JOIN"}, Usage: "peers to join, HOST:PORT, comma-separated; retried in the background until one answers", Category: "cluster"},
 			&cli.DurationFlag{Name: "gossip-interval", Value: gossip.DefaultGossipInterval, EnvVars: []string{"SLUICE_GOSSIP_INTERVAL"}, Usage: "how often consumption is sent to peers: the main accuracy/cost knob", Category: "cluster"},
 			&cli.IntFlag{Name: "gossip-nodes", Value: gossip.DefaultGossipNodes, EnvVars: []string{"SLUICE_GOSSIP_NODES"}, Usage: "peers reached per round once the cluster outgrows --fanout-limit", Category: "cluster"},
 			&cli.IntFlag{Name: "fanout-limit", Value: gossip.DefaultFanoutLimit, EnvVars: []string{"SLUICE_FANOUT_LIMIT"}, Usage: "largest cluster in which consumption goes straight to every member", Category: "cluster"},
 			&cli.DurationFlag{Name: "push-pull-interval", Value: gossip.DefaultPushPullInterval, EnvVars: []string{"SLUICE_PUSH_PULL_INTERVAL"}, Usage: "how often full state is exchanged with a random peer (repairs losses)", Category: "cluster"},
-			&cli.StringFlag{Name: "gossip-key", EnvVars: []string{"SLUICE_GOSSIP_KEY"}, Usage: "base64 key of 16, 24 or 32 bytes: encrypt gossip", Category: "cluster"},
-			&cli.StringFlag{Name: "gossip-keyring", EnvVars: []string{"SLUICE_GOSSIP_KEYRING"}, Usage: "JSON file listing base64 keys, the first used to encrypt (for key rotation)", Category: "cluster"},
+			&cli.StringFlag{Name: "gossip-key-file", EnvVars: []string{"SLUICE_GOSSIP_KEY_FILE"}, Usage: "file holding the base64 gossip key (16, 24 or 32 bytes), mode 0600: encrypt gossip; or set SLUICE_GOSSIP_KEY", Category: "cluster"},
+			// Refused: a key on the command line shows in ps. SLUICE_GOSSIP_KEY is read apart (see gossipKey).
+			&cli.StringFlag{Name: "gossip-key", Hidden: true, Category: "cluster"},
+			&cli.BoolFlag{Name: "insecure-gossip", EnvVars: []string{"SLUICE_INSECURE_GOSSIP"}, Usage: "gossip in the clear with other hosts (no key): anyone who can reach the gossip port can join, read and forge consumption", Category: "cluster"},
+			&cli.StringFlag{Name: "gossip-keyring", EnvVars: []string{"SLUICE_GOSSIP_KEYRING"}, Usage: "JSON file listing base64 keys, the first used to encrypt (for key rotation), mode 0600", Category: "cluster"},
 			&cli.StringFlag{Name: "proxy-listen", EnvVars: []string{"SLUICE_PROXY_LISTEN"}, Usage: "also serve the HTTP proxy here, deciding in-process (no socket hop)", Category: "proxy"},
 			&cli.StringFlag{Name: "proxy-upstream", EnvVars: []string{"SLUICE_PROXY_UPSTREAM"}, Usage: "the service the built-in proxy forwards to, e.g. http://127.0.0.1:8080", Category: "proxy"},
 			&cli.StringFlag{Name: "proxy-routes", EnvVars: []string{"SLUICE_PROXY_ROUTES"}, Usage: "routes file of the built-in proxy (default: limit by client IP under rule \"default\")", Category: "proxy"},
@@ -118,12 +121,9 @@ func run(c *cli.Context) error {
 		KeyringFile:      c.String("gossip-keyring"),
 		Label:            c.String("cluster-label"),
 	}
-	if k := c.String("gossip-key"); k != "" {
-		key, err := daemon.DecodeKey(k)
-		if err != nil {
-			return fmt.Errorf("--gossip-key: %w", err)
-		}
-		s.Cluster.Key = key
+	s.Cluster.Insecure = c.Bool("insecure-gossip")
+	if s.Cluster.Key, err = gossipKey(c); err != nil {
+		return err
 	}
 
 	level := hclog.LevelFromString(c.String("log-level"))

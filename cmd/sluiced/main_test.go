@@ -290,9 +290,9 @@ func TestTwoProcessesShareALimit(t *testing.T) {
 	os.WriteFile(rules, []byte("rules:\n  r:\n    rate: 5/1h\n"), 0o600)
 	portA, portB := freePort(t), freePort(t)
 	sockA, sockB := filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
-	key := "c2x1aWNlLXRlc3Qta2V5LQ==" // 16 bytes
+	key := secureKeyFile(t, dir, "c2x1aWNlLXRlc3Qta2V5LQ==") // 16 bytes
 	startDaemon(t, "--socket", sockB, "--rules", rules, "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
-		"--gossip-key", key, "--node-name", "b", "--gossip-interval", "10ms")
+		"--gossip-key-file", key, "--node-name", "b", "--gossip-interval", "10ms")
 	var b *clientlib.Client
 	eventually(t, "b serves before it has joined anyone", func() bool {
 		var err error
@@ -304,7 +304,7 @@ func TestTwoProcessesShareALimit(t *testing.T) {
 		t.Fatalf("b before joining: %+v", d)
 	}
 	pa := startDaemon(t, "--socket", sockA, "--rules", rules, "--bind", "127.0.0.1:"+portA,
-		"--gossip-key", key, "--node-name", "a", "--gossip-interval", "10ms")
+		"--gossip-key-file", key, "--node-name", "a", "--gossip-interval", "10ms")
 	var a *clientlib.Client
 	eventually(t, "a serves", func() bool {
 		var err error
@@ -422,9 +422,10 @@ func TestSigtermUnderLoadAnswersClientsAndLeaves(t *testing.T) {
 	dir := tempDir(t)
 	portA, portB := freePort(t), freePort(t)
 	sockA := filepath.Join(dir, "a.sock")
-	pa := startDaemon(t, "--socket", sockA, "--bind", "127.0.0.1:"+portA, "--node-name", "a", "--admin-addr", "")
+	key := secureKeyFile(t, dir, "c2x1aWNlLXRlc3Qta2V5LQ==")
+	pa := startDaemon(t, "--socket", sockA, "--bind", "127.0.0.1:"+portA, "--node-name", "a", "--admin-addr", "", "--gossip-key-file", key)
 	pb := startDaemon(t, "--socket", filepath.Join(dir, "b.sock"), "--bind", "127.0.0.1:"+portB, "--join", "127.0.0.1:"+portA,
-		"--node-name", "b", "--admin-addr", "")
+		"--node-name", "b", "--admin-addr", "", "--gossip-key-file", key)
 	eventually(t, "b joins a", func() bool { return strings.Contains(pa.stderr.String(), "member joined: name=b") })
 	c := clientlib.New(clientlib.Options{SocketPath: sockA, Timeout: 2 * time.Second, ReconnectMin: 5 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
 	defer c.Close()

@@ -47,6 +47,10 @@ type MemberView struct {
 	Drift bool   `json:"drift"`
 	Self  bool   `json:"self,omitempty"`
 	Since string `json:"gone_since,omitempty"`
+	// Encrypted and Labelled are what an alive member says of its gossip;
+	// absent for a member too old to say (and when not clustered).
+	Encrypted *bool `json:"encrypted,omitempty"`
+	Labelled  *bool `json:"labelled,omitempty"`
 }
 
 // MembersView is what /v1/members returns.
@@ -60,6 +64,8 @@ type MembersView struct {
 	// Census is memberlist's count of members by state as of its last
 	// push-pull exchange (absent before the first).
 	Census *MemberStates `json:"census,omitempty"`
+	// Unencrypted counts the alive members that say they gossip in the clear.
+	Unencrypted int `json:"unencrypted"`
 }
 
 // OriginView is one node's reported consumption of a key.

@@ -75,6 +75,14 @@ function showNode(name) {
   document.title = `sluice status: ${name}`;
 }
 
+// gossipCell says how a member gossips, as `sluice members` does.
+function gossipCell(mb, clustered) {
+  if (!clustered || mb.state !== 'alive') return '';
+  if (mb.encrypted === undefined) return '?';
+  if (!mb.encrypted) return 'PLAINTEXT: no key';
+  return mb.labelled === false ? 'encrypted, no label' : 'encrypted';
+}
+
 async function pollMembers() {
   const m = await getJSON('v1/members');
   showNode(m.self);
@@ -91,6 +99,7 @@ async function pollMembers() {
     el('td', {}, mb.version || ''),
     el('td', {class: 'hash', title: mb.rules_hash || ''}, short(mb.rules_hash)),
     el('td', {class: 'flag'}, mb.drift ? 'DRIFT: other rules' : ''),
+    el('td', {class: mb.encrypted === false ? 'plain' : null}, gossipCell(mb, m.clustered)),
     el('td', {}, mb.gone_since || ''),
   )), 'no members');
 }
