@@ -1,0 +1,183 @@
+package gossip
+
+import (
+	"slices"
+	"time"
+)
+
+type charge struct {
+	rule, key      string
+	window, tokens uint64
+}
+
+// receive applies a message from a peer: counters, or resets. A kind this
+// version does not know (a newer peer's) is ignored.
+func (s *Syncer) receive(b []byte) {
+	s.stats.PacketsReceived.Add(1)
+	s.stats.BytesReceived.Add(uint64(len(b)))
+	switch kind, ok := packetKind(b); {
+	case ok && kind == msgReset:
+		s.receiveResets(b)
+		return
+	case ok && kind > msgReset:
+		s.stats.IgnoredPackets.Add(1)
+		s.log.Debug("ignored a gossip message of an unknown kind", "kind", kind, "bytes", len(b))
+		return
+	}
+	var charges []charge
+	n := int(max(1, s.members.Load()))
+	relay := n > s.cfg.FanoutLimit
+	transmits := retransmits(n)
+	bounded, _ := s.ledger.(BoundedLedger)
+	now := s.sinceBorn()
+	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	s.mu.Lock()
+	_, err := decodeCountersChecked(b, s.checkStampLocked, func(origin string, c Counter) {
+		if origin == s.self || s.staleLocked(c) {
+			return
+		}
+		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		if !ok {
+			return
+		}
+		tokens, news, sr := s.applyLocked(origin, c)
+		if bounded != nil && tokens > 0 {
+			tokens = s.boundLocked(sr, a, origin, c, tokens, now)
+		}
+		if tokens > 0 {
+			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
+		}
+		if news && relay {
+			s.queueLocked(origin, c, transmits)
+		}
+	})
+	s.mu.Unlock()
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.badLog.warn(s.log, s.clock(), "dropped a gossip packet", "bytes", len(b), "error", err)
+		return
+	}
+	s.charge(charges)
+}
+
+// admitLocked decides whether a counter is applied at all, and returns the
+// origin's allowance for its key. With a BoundedLedger, a counter of a rule
+// this node does not have, or of a key longer than its clients may send, is
+// neither charged nor remembered; and one whose epoch is implausibly far
+// ahead of this node's clock (see maxEpochAhead) is refused as suspicious.
+// Caller holds s.mu.
+func (s *Syncer) admitLocked(bounded BoundedLedger, origin string, c Counter, nowNanos uint64) (Allowance, bool) {
+	if c.Epoch > satAdd(nowNanos, maxEpochAhead) {
+		s.suspectLocked(origin, c, "epoch ahead of this node's clock", c.Epoch, nowNanos)
+		return Allowance{}, false
+	}
+	if bounded == nil {
+		return Allowance{}, true
+	}
+	a, ok := bounded.Allowance(c.Rule, c.Key)
+	if !ok {
+		s.stats.UnknownCounters.Add(1)
+		return Allowance{}, false
+	}
+	return a, true
+}
+
+// boundLocked clamps tokens, newly heard from origin for c's key, to what
+// the origin could have admitted since it was last heard (see allowance),
+// counting the report as suspicious when it claims more. Caller holds s.mu.
+func (s *Syncer) boundLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
+	give := sr.allow.take(a, tokens, now)
+	if give < tokens {
+		s.suspectLocked(origin, c, "more than the origin could have admitted", tokens, give)
+	}
+	return give
+}
+
+func (s *Syncer) charge(charges []charge) {
+	for _, c := range charges {
+		s.ledger.Charge(c.rule, c.key, c.window, c.tokens)
+		for {
+			old := s.stats.TokensCharged.Load()
+			if s.stats.TokensCharged.CompareAndSwap(old, satAdd(old, c.tokens)) {
+				break
+			}
+		}
+	}
+}
+
+func (s *Syncer) mergeState(b []byte) {
+	origin, entries, seen, err := decodeState(b)
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.badLog.warn(s.log, s.clock(), "dropped a malformed push-pull state", "bytes", len(b), "error", err)
+		return
+	}
+	if origin == s.self {
+		return
+	}
+	s.stats.StatesMerged.Add(1)
+	bounded, _ := s.ledger.(BoundedLedger)
+	now := s.sinceBorn()
+	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	// Entries of keys reset here since the peer counted them are neither
+	// adopted nor charged: the reset forgave them. Entries this node would
+	// not take from a packet (unknown rules, too-long keys, implausible
+	// epochs) are dropped too.
+	allow := make(map[[2]string]Allowance)
+	s.mu.Lock()
+	entries = slices.DeleteFunc(entries, func(e stateEntry) bool {
+		if s.staleLocked(e.c) {
+			return true
+		}
+		a, ok := s.admitLocked(bounded, origin, e.c, nowNanos)
+		if ok && bounded != nil {
+			allow[[2]string{e.c.Rule, e.c.Key}] = a
+		}
+		return !ok
+	})
+	seen = slices.DeleteFunc(seen, func(e seenEntry) bool { return s.staleLocked(e.c) })
+	s.mu.Unlock()
+	// Where the peer's balance is lower, take it, and with it everything the
+	// peer had charged for that key (its own counter and the others' it
+	// lists), so none of it is charged here again. Elsewhere, charge what the
+	// peer's own counter says that this node has not yet heard. With a
+	// BoundedLedger, a balance is taken no lower than one allowance burst
+	// below zero: a peer cannot put a key further into debt here than one
+	// origin's burst, whatever it claims.
+	adopted := make(map[[2]string]bool)
+	for _, e := range entries {
+		k := [2]string{e.c.Rule, e.c.Key}
+		balance := e.balance
+		if a, ok := allow[k]; ok && balance < -a.Burst {
+			s.mu.Lock()
+			s.suspectLocked(origin, e.c, "push-pull balance below one burst of debt", uint64(-balance), uint64(a.Burst))
+			s.mu.Unlock()
+			balance = -a.Burst
+		}
+		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) {
+			adopted[k] = true
+		}
+	}
+	var charges []charge
+	s.mu.Lock()
+	for _, e := range entries {
+		if adopted[[2]string{e.c.Rule, e.c.Key}] {
+			s.baselineLocked(origin, e.c)
+			continue
+		}
+		tokens, _, sr := s.applyLocked(origin, e.c)
+		if a, ok := allow[[2]string{e.c.Rule, e.c.Key}]; ok && tokens > 0 {
+			tokens = s.boundLocked(sr, a, origin, e.c, tokens, now)
+		}
+		if tokens > 0 {
+			charges = append(charges, charge{e.c.Rule, e.c.Key, e.c.Window, tokens})
+		}
+	}
+	for _, e := range seen {
+		if e.origin != s.self && adopted[[2]string{e.c.Rule, e.c.Key}] {
+			s.baselineLocked(e.origin, e.c)
+		}
+	}
+	s.mu.Unlock()
+	s.charge(charges)
+}
