@@ -52,21 +52,34 @@ const maxEpochAhead = uint64(time.Hour)
 // Burst + rate × allowanceSlack after each report. So an origin is charged
 // at most that cap plus the rate times the time since it was first heard:
 // what a node could really have admitted.
+//
+// A restarted origin has a full bucket again: a counter of a newer epoch
+// fills the allowance again, at most once per refillSpacing, so a forger
+// walking epochs up gains one burst per key per refillSpacing, and an
+// origin that restarts more often than that is charged less than it
+// admitted (the cluster admits more, never less).
 type allowance struct {
-	credit float64
-	heard  time.Duration // since the syncer's epoch; 0: never heard
+	credit   float64
+	heard    time.Duration // since the syncer's epoch; 0: never heard
+	filled   time.Duration // when it was last filled
+	newEpoch bool          // a counter of a newer epoch arrived since the last take
 }
+
+// refillSpacing is the least time between two fills of an allowance by
+// counters of newer epochs (restarts).
+const refillSpacing = 10 * time.Second
 
 // take charges up to tokens against the allowance at now (> 0) under a,
 // returning what may be charged.
 func (al *allowance) take(a Allowance, tokens uint64, now time.Duration) uint64 {
 	capacity := a.Burst + a.PerSecond*allowanceSlack.Seconds() + 1
-	if al.heard == 0 {
-		al.credit = capacity
-	} else if now > al.heard {
+	switch {
+	case al.heard == 0, al.newEpoch && now-al.filled >= refillSpacing:
+		al.credit, al.filled = capacity, now
+	case now > al.heard:
 		al.credit += a.PerSecond * (now - al.heard).Seconds()
 	}
-	al.heard = now
+	al.heard, al.newEpoch = now, false
 	give := tokens
 	if float64(tokens) > al.credit {
 		give = uint64(max(0, math.Floor(al.credit)))

@@ -310,3 +310,31 @@ func TestSatAdd(t *testing.T) {
 		}
 	}
 }
+
+// A restarted origin (a counter of a newer epoch) is allowed a full burst
+// again, but no more often than every refillSpacing: a forger walking
+// epochs up at every report gains one burst per key per refillSpacing.
+func TestNewEpochsRefillAtMostEveryRefillSpacing(t *testing.T) {
+	s, l, clk := newBoundSyncer()
+	base := uint64(clk.now().UnixNano()) - uint64(time.Hour)
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "honest", Epoch: base, Used: 100}))
+	clk.add(refillSpacing)
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "honest", Epoch: base + uint64(refillSpacing), Used: 100}))
+	if got := l.get("r/honest"); got != 200 {
+		t.Fatalf("a restart's full burst after a full one: charged %d, want 200", got)
+	}
+	if n := s.stats.SuspiciousReports.Load(); n != 0 {
+		t.Fatalf("an honest restart was clamped %d times", n)
+	}
+	const rounds = 3000 // 60 s of 20 ms rounds, a new epoch each
+	for i := range uint64(rounds) {
+		s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "walked", Epoch: base + i, Used: math.MaxUint64}))
+		clk.add(20 * time.Millisecond)
+	}
+	capacity := 100 + 100*allowanceSlack.Seconds() + 1
+	elapsed := rounds * 0.020
+	limit := uint64(capacity*(1+elapsed/refillSpacing.Seconds()) + 100*elapsed)
+	if got := l.get("r/walked"); got > limit {
+		t.Fatalf("epochs walked up for %.0fs charged %d, more than %d", elapsed, got, limit)
+	}
+}

@@ -53,6 +53,7 @@ func (sr *seenRange) gen(c Counter) *genRange {
 // becomes cur (cur becomes old), any other replaces old.
 func (sr *seenRange) place(g genRange) {
 	if compareGen(g.epoch, g.window, sr.cur.epoch, sr.cur.window) > 0 {
+		sr.allow.newEpoch = sr.allow.newEpoch || g.epoch > sr.cur.epoch
 		sr.old, sr.cur = sr.cur, g
 	} else {
 		sr.old = g
