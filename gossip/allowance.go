@@ -19,6 +19,9 @@ type BoundedLedger interface {
 	// is one it would not accept from a client (too long): the syncer then
 	// neither charges nor remembers the counter.
 	Allowance(rule, key string) (Allowance, bool)
+	// Balance returns key's balance under the limit named rule now, and
+	// false when it has none (an unknown rule).
+	Balance(rule, key string) (float64, bool)
 }
 
 // Allowance is what one origin could admit of a key: Burst tokens at once

@@ -27,6 +27,8 @@ func (l *boundLedger) Allowance(rule, key string) (Allowance, bool) {
 	return l.a, rule == "r" && len(key) <= 16
 }
 
+func (l *boundLedger) Balance(rule, _ string) (float64, bool) { return 100, rule == "r" }
+
 func (l *boundLedger) Adopt(_, _ string, _ uint64, balance float64) bool {
 	l.amu.Lock()
 	l.adopted = append(l.adopted, balance)
@@ -275,16 +277,28 @@ func TestUnknownRulesAndLongKeysHoldNoMemory(t *testing.T) {
 	}
 }
 
-// A push-pull state cannot put a key further into debt than one burst.
+// A push-pull state lowers a balance by no more than the sender's
+// allowance for the key, which its counters share: adoption and counters
+// together cost at most one allowance.
 func TestAdoptedBalanceIsBounded(t *testing.T) {
 	s, l, _ := newBoundSyncer()
+	capacity := 100 + 100*allowanceSlack.Seconds() + 1
 	state := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1, Prev: 1}, balance: -1e18}}, nil)
 	s.mergeState(state)
-	if len(l.adopted) != 1 || l.adopted[0] != -100 {
-		t.Fatalf("adopted %v, want [-100]", l.adopted)
+	if len(l.adopted) != 1 || l.adopted[0] != 100-capacity {
+		t.Fatalf("adopted %v, want [%v]", l.adopted, 100-capacity)
 	}
 	if s.stats.SuspiciousReports.Load() != 1 {
 		t.Fatal("the deep balance was not counted as suspicious")
+	}
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 1, Used: 1e12}))
+	if got := l.get("r/k"); got != 0 {
+		t.Fatalf("after a state that spent the allowance, a counter charged %d", got)
+	}
+	honest := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "h", Epoch: 1, Used: 1, Prev: 1}, balance: 40}}, nil)
+	s.mergeState(honest)
+	if got := l.adopted[len(l.adopted)-1]; got != 40 {
+		t.Fatalf("an honest lower balance was taken as %v, want 40", got)
 	}
 }
 

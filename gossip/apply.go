@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -141,18 +142,15 @@ func (s *Syncer) mergeState(b []byte) {
 	// peer had charged for that key (its own counter and the others' it
 	// lists), so none of it is charged here again. Elsewhere, charge what the
 	// peer's own counter says that this node has not yet heard. With a
-	// BoundedLedger, a balance is taken no lower than one allowance burst
-	// below zero: a peer cannot put a key further into debt here than one
-	// origin's burst, whatever it claims.
+	// BoundedLedger, how far a balance is lowered is charged to the peer's
+	// allowance for the key, as its counters are (see adoptBound): a peer
+	// cannot lower a balance here by more than it could have admitted.
 	adopted := make(map[[2]string]bool)
 	for _, e := range entries {
 		k := [2]string{e.c.Rule, e.c.Key}
 		balance := e.balance
-		if a, ok := allow[k]; ok && balance < -a.Burst {
-			s.mu.Lock()
-			s.suspectLocked(origin, e.c, "push-pull balance below one burst of debt", uint64(-balance), uint64(a.Burst))
-			s.mu.Unlock()
-			balance = -a.Burst
+		if a, ok := allow[k]; ok {
+			balance = s.adoptBound(bounded, a, origin, e, now)
 		}
 		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) {
 			adopted[k] = true
@@ -180,4 +178,30 @@ func (s *Syncer) mergeState(b []byte) {
 	}
 	s.mu.Unlock()
 	s.charge(charges)
+}
+
+// adoptBound returns the lowest balance this node may take from origin's
+// state entry e: the drop from this node's balance is charged to origin's
+// allowance for the key, and clamped by it, the clamp counted as
+// suspicious.
+func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e stateEntry, now time.Duration) float64 {
+	cur, ok := bounded.Balance(e.c.Rule, e.c.Key)
+	if !ok || e.balance >= cur {
+		return e.balance
+	}
+	drop := uint64(min(math.Ceil(cur-e.balance), math.MaxUint64/2))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := counterKey{origin, e.c.Rule, e.c.Key}
+	sr := s.seen[k]
+	if sr == nil {
+		// A state's counter heard first charges nothing (Prev is Used).
+		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: e.c.Epoch, window: e.c.Window, lo: e.c.Used, hi: e.c.Used}})
+	}
+	give := sr.allow.take(a, drop, now)
+	if give < drop {
+		s.suspectLocked(origin, e.c, "push-pull balance lower than the origin could have made it", drop, give)
+		return cur - float64(give)
+	}
+	return e.balance
 }
