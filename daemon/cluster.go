@@ -73,18 +73,6 @@ func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
 	return gossip.Allowance{Burst: burst, PerSecond: lim.PerSecond()}, true
 }
 
-// Balance is key's balance under the limit named rule (see
-// gossip.BoundedLedger).
-func (l ledger) Balance(rule, key string) (float64, bool) {
-	ar, i, ok := l.d.rules.Load().resolve(rule)
-	if !ok {
-		return 0, false
-	}
-	k := []byte(key)
-	b, _ := l.d.store.Balance(ar.ns[i], k, ar.LimitsFor(k)[i], l.d.now())
-	return b, true
-}
-
 func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
 	l.d.eachHeld(func(rule string, _ bucket.Limit, c bucket.Consumption, balance float64) bool {
 		return fn(gossip.Counter{Rule: rule, Key: c.Key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev}, balance)

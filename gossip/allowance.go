@@ -19,9 +19,6 @@ type BoundedLedger interface {
 	// is one it would not accept from a client (too long): the syncer then
 	// neither charges nor remembers the counter.
 	Allowance(rule, key string) (Allowance, bool)
-	// Balance returns key's balance under the limit named rule now, and
-	// false when it has none (an unknown rule).
-	Balance(rule, key string) (float64, bool)
 }
 
 // Allowance is what one origin could admit of a key: Burst tokens at once
@@ -68,16 +65,25 @@ type allowance struct {
 	newEpoch bool          // a counter of a newer epoch arrived since the last take
 }
 
+// rejoinGrace is how long after a member rejoins its first reports of a
+// key may carry what it admitted while it was away.
+const rejoinGrace = 30 * time.Second
+
 // refillSpacing is the least time between two fills of an allowance by
 // counters of newer epochs (restarts).
 const refillSpacing = 10 * time.Second
 
 // take charges up to tokens against the allowance at now (> 0) under a,
-// returning what may be charged.
-func (al *allowance) take(a Allowance, tokens uint64, now time.Duration) uint64 {
+// returning what may be charged. away is how long the origin was away
+// from this node (dead or cut off) before it last rejoined, if it rejoined
+// within rejoinGrace: on its own side it could have admitted the rate for
+// that long, and its first reports after the partition heals carry it.
+func (al *allowance) take(a Allowance, tokens uint64, now, away time.Duration) uint64 {
 	capacity := a.Burst + a.PerSecond*allowanceSlack.Seconds() + 1
 	switch {
-	case al.heard == 0, al.newEpoch && now-al.filled >= refillSpacing:
+	case al.heard == 0:
+		al.credit, al.filled = capacity+a.PerSecond*away.Seconds(), now
+	case al.newEpoch && now-al.filled >= refillSpacing:
 		al.credit, al.filled = capacity, now
 	case now > al.heard:
 		al.credit += a.PerSecond * (now - al.heard).Seconds()

@@ -87,7 +87,11 @@ func (s *Syncer) admitLocked(bounded BoundedLedger, origin string, c Counter, no
 // the origin could have admitted since it was last heard (see allowance),
 // counting the report as suspicious when it claims more. Caller holds s.mu.
 func (s *Syncer) boundLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
-	give := sr.allow.take(a, tokens, now)
+	var away time.Duration
+	if r, ok := s.rejoined[origin]; ok && now-r.at < rejoinGrace {
+		away = r.away
+	}
+	give := sr.allow.take(a, tokens, now, away)
 	if give < tokens {
 		s.suspectLocked(origin, c, "more than the origin could have admitted", tokens, give)
 	}
@@ -142,15 +146,14 @@ func (s *Syncer) mergeState(b []byte) {
 	// peer had charged for that key (its own counter and the others' it
 	// lists), so none of it is charged here again. Elsewhere, charge what the
 	// peer's own counter says that this node has not yet heard. With a
-	// BoundedLedger, how far a balance is lowered is charged to the peer's
-	// allowance for the key, as its counters are (see adoptBound): a peer
-	// cannot lower a balance here by more than it could have admitted.
+	// BoundedLedger, a balance is taken no lower than one burst of debt (see
+	// adoptBound).
 	adopted := make(map[[2]string]bool)
 	for _, e := range entries {
 		k := [2]string{e.c.Rule, e.c.Key}
 		balance := e.balance
 		if a, ok := allow[k]; ok {
-			balance = s.adoptBound(bounded, a, origin, e, now)
+			balance = s.adoptBound(a, origin, e)
 		}
 		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) {
 			adopted[k] = true
@@ -180,28 +183,19 @@ func (s *Syncer) mergeState(b []byte) {
 	s.charge(charges)
 }
 
-// adoptBound returns the lowest balance this node may take from origin's
-// state entry e: the drop from this node's balance is charged to origin's
-// allowance for the key, and clamped by it, the clamp counted as
-// suspicious.
-func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e stateEntry, now time.Duration) float64 {
-	cur, ok := bounded.Balance(e.c.Rule, e.c.Key)
-	if !ok || e.balance >= cur {
+// adoptBound returns the balance this node may take from origin's state
+// entry e: no lower than one allowance burst below zero (a debt one origin
+// could really cause at once), the clamp counted as suspicious. It does
+// not spend the origin's allowance: an honest peer's lower balance holds
+// other origins' consumption too (it charged them first), and spending the
+// peer's allowance on it clamped the peer's own later counters in honest
+// clusters (testcluster).
+func (s *Syncer) adoptBound(a Allowance, origin string, e stateEntry) float64 {
+	if e.balance >= -a.Burst {
 		return e.balance
 	}
-	drop := uint64(min(math.Ceil(cur-e.balance), math.MaxUint64/2))
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := counterKey{origin, e.c.Rule, e.c.Key}
-	sr := s.seen[k]
-	if sr == nil {
-		// A state's counter heard first charges nothing (Prev is Used).
-		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: e.c.Epoch, window: e.c.Window, lo: e.c.Used, hi: e.c.Used}})
-	}
-	give := sr.allow.take(a, drop, now)
-	if give < drop {
-		s.suspectLocked(origin, e.c, "push-pull balance lower than the origin could have made it", drop, give)
-		return cur - float64(give)
-	}
-	return e.balance
+	s.suspectLocked(origin, e.c, "push-pull balance more than one burst in debt", uint64(min(-e.balance, math.MaxUint64/2)), uint64(a.Burst))
+	s.mu.Unlock()
+	return -a.Burst
 }

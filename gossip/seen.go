@@ -127,6 +127,12 @@ func (s *Syncer) pruneSeen() {
 			sr.touched = false
 		}
 	}
+	now := s.sinceBorn()
+	for name, r := range s.rejoined {
+		if now-r.at >= rejoinGrace {
+			delete(s.rejoined, name)
+		}
+	}
 	s.mu.Unlock()
 	s.stats.SeenPruned.Add(uint64(pruned))
 }

@@ -58,6 +58,10 @@ type Syncer struct {
 	// suspicious counts clamped or refused reports by origin (see
 	// suspectLocked); under mu.
 	suspicious map[string]uint64
+	// rejoined holds, for members that came back after being declared
+	// dead or leaving, when (since born) and how long they were away;
+	// under mu, at most maxOrigins entries.
+	rejoined map[string]rejoin
 	suspectLog logLimiter // warnings of suspicious reports
 	badLog     logLimiter // warnings of packets dropped whole
 	// now is the clock (nil: time.Now); tests replace it. born is when the
@@ -369,6 +373,10 @@ func (s *Syncer) joinLoop() {
 	}
 }
 
+// rejoin is a member's return: when, on the syncer's clock since it was
+// made, and how long it had been away.
+type rejoin struct{ at, away time.Duration }
+
 // failedMember is a member that went away, and when.
 type failedMember struct {
 	addr  string
@@ -625,6 +633,14 @@ type events Syncer
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.members.Add(1)
 	e.mu.Lock()
+	if f, ok := e.failed[n.Name]; ok {
+		if e.rejoined == nil {
+			e.rejoined = map[string]rejoin{}
+		}
+		if _, ok := e.rejoined[n.Name]; ok || len(e.rejoined) < maxOrigins {
+			e.rejoined[n.Name] = rejoin{at: (*Syncer)(e).sinceBorn(), away: time.Since(f.since)}
+		}
+	}
 	delete(e.failed, n.Name)
 	node := copyNode(n)
 	e.peers[n.Name] = node
