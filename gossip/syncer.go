@@ -61,7 +61,7 @@ type Syncer struct {
 	// rejoined holds, for members that came back after being declared
 	// dead or leaving, when (since born) and how long they were away;
 	// under mu, at most maxOrigins entries.
-	rejoined map[string]rejoin
+	rejoined   map[string]rejoin
 	suspectLog logLimiter // warnings of suspicious reports
 	badLog     logLimiter // warnings of packets dropped whole
 	// now is the clock (nil: time.Now); tests replace it. born is when the
