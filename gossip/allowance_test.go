@@ -276,17 +276,23 @@ func TestUnknownRulesAndLongKeysHoldNoMemory(t *testing.T) {
 	}
 }
 
-// A push-pull state cannot put a key further into debt than one burst;
-// an honest lower balance is taken as it is.
+// A push-pull state claiming more than one burst of debt is taken as 0 and
+// empties the sender's allowance for the key, so its counters cannot add a
+// burst on top; an honest lower balance is taken as it is.
 func TestAdoptedBalanceIsBounded(t *testing.T) {
-	s, l, _ := newBoundSyncer()
+	s, l, clk := newBoundSyncer()
 	state := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1, Prev: 1}, balance: -1e18}}, nil)
 	s.mergeState(state)
-	if len(l.adopted) != 1 || l.adopted[0] != -100 {
-		t.Fatalf("adopted %v, want [-100]", l.adopted)
+	if len(l.adopted) != 1 || l.adopted[0] != 0 {
+		t.Fatalf("adopted %v, want [0]", l.adopted)
 	}
 	if s.stats.SuspiciousReports.Load() != 1 {
 		t.Fatal("the deep balance was not counted as suspicious")
+	}
+	clk.add(time.Second)
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 1, Used: 1e12}))
+	if got := l.get("r/k"); got > 100 {
+		t.Fatalf("a second after the deep state, a counter charged %d, want at most the rate (100)", got)
 	}
 	honest := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "h", Epoch: 1, Used: 1, Prev: 1}, balance: -40}}, nil)
 	s.mergeState(honest)

@@ -146,14 +146,14 @@ func (s *Syncer) mergeState(b []byte) {
 	// peer had charged for that key (its own counter and the others' it
 	// lists), so none of it is charged here again. Elsewhere, charge what the
 	// peer's own counter says that this node has not yet heard. With a
-	// BoundedLedger, a balance is taken no lower than one burst of debt (see
-	// adoptBound).
+	// BoundedLedger, a balance deeper in debt than one burst is suspicious
+	// and taken as 0 (see adoptBound).
 	adopted := make(map[[2]string]bool)
 	for _, e := range entries {
 		k := [2]string{e.c.Rule, e.c.Key}
 		balance := e.balance
 		if a, ok := allow[k]; ok {
-			balance = s.adoptBound(a, origin, e)
+			balance = s.adoptBound(a, origin, e, now)
 		}
 		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) {
 			adopted[k] = true
@@ -184,18 +184,32 @@ func (s *Syncer) mergeState(b []byte) {
 }
 
 // adoptBound returns the balance this node may take from origin's state
-// entry e: no lower than one allowance burst below zero (a debt one origin
-// could really cause at once), the clamp counted as suspicious. It does
-// not spend the origin's allowance: an honest peer's lower balance holds
-// other origins' consumption too (it charged them first), and spending the
-// peer's allowance on it clamped the peer's own later counters in honest
-// clusters (testcluster).
-func (s *Syncer) adoptBound(a Allowance, origin string, e stateEntry) float64 {
+// entry e. A balance more than one allowance burst in debt is more than
+// one origin could cause at once: it is counted as suspicious, taken as 0
+// (the key is spent, not in debt), and the origin's allowance for the key
+// is emptied, so that its counters cannot add another burst on top of it
+// (they are allowed only the rate from then on).
+//
+// An honest balance is taken as it is, and adoption does not spend the
+// origin's allowance: an honest peer's lower balance holds other origins'
+// consumption too (it charged them first), and spending the peer's
+// allowance on it clamped the peer's own later counters in honest clusters
+// (testcluster). The price: a legitimate debt deeper than one burst (after
+// a partition heals) is learned as 0 from a push-pull, and the cluster
+// admits that much more.
+func (s *Syncer) adoptBound(a Allowance, origin string, e stateEntry, now time.Duration) float64 {
 	if e.balance >= -a.Burst {
 		return e.balance
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.suspectLocked(origin, e.c, "push-pull balance more than one burst in debt", uint64(min(-e.balance, math.MaxUint64/2)), uint64(a.Burst))
-	s.mu.Unlock()
-	return -a.Burst
+	k := counterKey{origin, e.c.Rule, e.c.Key}
+	sr := s.seen[k]
+	if sr == nil {
+		// A state's counter heard first charges nothing (Prev is Used).
+		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: e.c.Epoch, window: e.c.Window, lo: e.c.Used, hi: e.c.Used}})
+	}
+	sr.allow = allowance{credit: 0, heard: now, filled: now}
+	return 0
 }
