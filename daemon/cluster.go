@@ -66,11 +66,12 @@ func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
 		return gossip.Allowance{}, false
 	}
 	lim := ar.LimitsFor([]byte(key))[i]
-	burst := float64(lim.Burst() + softMargin(ar, lim))
+	soft := softMargin(ar, lim)
+	burst := float64(lim.Burst() + soft)
 	if lim.Algorithm().Windowed() {
 		burst *= 2
 	}
-	return gossip.Allowance{Burst: burst, PerSecond: lim.PerSecond()}, true
+	return gossip.Allowance{Burst: burst, PerSecond: lim.PerSecond(), Soft: float64(soft)}, true
 }
 
 func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {

@@ -30,6 +30,10 @@ type Allowance struct {
 	Burst float64
 	// PerSecond is the limit's rate.
 	PerSecond float64
+	// Soft is how far below zero the limit admits (its soft margin), in
+	// tokens: what an origin whose balance is below zero can still admit
+	// at once. 0 for window algorithms' allowances is not used.
+	Soft float64
 }
 
 // allowanceSlack is how much of an origin's rate, in time, the allowance
@@ -103,4 +107,23 @@ func satAdd(a, b uint64) uint64 {
 		return math.MaxUint64
 	}
 	return a + b
+}
+
+// inDebt records that the origin reported its own balance below zero at
+// now: it can admit no more than its soft margin plus the rate from then
+// on, so its allowance is lowered to that (plus the slack). Adopting a
+// balance in debt is free (an honest one holds other origins' consumption
+// too), and this keeps a rogue from adding a full burst of counters on
+// top of a debt it claimed.
+func (al *allowance) inDebt(a Allowance, now time.Duration) {
+	ceiling := a.Soft + a.PerSecond*allowanceSlack.Seconds() + 1
+	if al.heard == 0 {
+		al.credit, al.heard, al.filled = ceiling, now, now
+		return
+	}
+	if now > al.heard {
+		al.credit += a.PerSecond * (now - al.heard).Seconds()
+		al.heard = now
+	}
+	al.credit = min(al.credit, ceiling)
 }

@@ -299,6 +299,12 @@ func TestAdoptedBalanceIsBounded(t *testing.T) {
 	if got := l.adopted[len(l.adopted)-1]; got != -40 {
 		t.Fatalf("an honest lower balance was taken as %v, want -40", got)
 	}
+	// An origin that said it was in debt can then admit only the rate
+	// (and the slack): its absurd counter adds no burst on top.
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "h", Epoch: 1, Prev: 1, Used: 1e12}))
+	if got, max := l.get("r/h"), uint64(100*allowanceSlack.Seconds()+1); got > max {
+		t.Fatalf("after a state in debt, a counter charged %d, want at most %d", got, max)
+	}
 }
 
 // A suspicious report's origin is labelled by name only for members: made

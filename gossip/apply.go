@@ -197,19 +197,29 @@ func (s *Syncer) mergeState(b []byte) {
 // (testcluster). The price: a legitimate debt deeper than one burst (after
 // a partition heals) is learned as 0 from a push-pull, and the cluster
 // admits that much more.
+//
+// A bucket balance in debt within one burst is taken, and caps the
+// origin's allowance for the key at its soft margin plus the rate (see
+// allowance.inDebt): an origin in debt can admit no more than that.
 func (s *Syncer) adoptBound(a Allowance, origin string, e stateEntry, now time.Duration) float64 {
-	if e.balance >= -a.Burst {
+	if e.balance >= 0 {
 		return e.balance
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.suspectLocked(origin, e.c, "push-pull balance more than one burst in debt", uint64(min(-e.balance, math.MaxUint64/2)), uint64(a.Burst))
 	k := counterKey{origin, e.c.Rule, e.c.Key}
 	sr := s.seen[k]
 	if sr == nil {
 		// A state's counter heard first charges nothing (Prev is Used).
 		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: e.c.Epoch, window: e.c.Window, lo: e.c.Used, hi: e.c.Used}})
 	}
+	if e.balance >= -a.Burst {
+		if e.c.Window == 0 { // a window's debt ends with the window
+			sr.allow.inDebt(a, now)
+		}
+		return e.balance
+	}
+	s.suspectLocked(origin, e.c, "push-pull balance more than one burst in debt", uint64(min(-e.balance, math.MaxUint64/2)), uint64(a.Burst))
 	sr.allow = allowance{credit: 0, heard: now, filled: now}
 	return 0
 }

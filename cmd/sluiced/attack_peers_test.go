@@ -197,6 +197,7 @@ type rogueLedger struct {
 	victims []string
 	used    uint64
 	epoch   uint64
+	debt    float64 // the balance claimed at push-pull
 }
 
 func (l *rogueLedger) Drain(fn func(gossip.Counter)) {
@@ -215,7 +216,7 @@ func (l *rogueLedger) Snapshot(fn func(gossip.Counter, float64) bool) {
 	used := l.used
 	l.mu.Unlock()
 	for _, v := range l.victims {
-		if !fn(gossip.Counter{Rule: "r", Key: v, Epoch: l.epoch, Prev: used, Used: used}, -1e12) {
+		if !fn(gossip.Counter{Rule: "r", Key: v, Epoch: l.epoch, Prev: used, Used: used}, l.debt) {
 			return
 		}
 	}
@@ -224,12 +225,28 @@ func (l *rogueLedger) Adopt(string, string, uint64, float64) bool { return false
 
 // A keyed rogue member drains victim keys: it joins a cluster of two real
 // daemons with the gossip key and, for 3 seconds, reports a trillion
-// tokens per victim per 20 ms round and a trillion of debt at push-pull.
-// On both honest daemons every victim's balance stays within one
-// allowance (burst 100 + 2 s of rate + 1 = 121 tokens) of the truth (100,
-// nobody consumed anything): at least −21, where each would have been
-// trillions in debt before (billions of seconds at 10/s).
+// tokens per victim per 20 ms round, and at push-pull claims the victims
+// in debt: a trillion tokens (caught: taken as 0, its allowance emptied),
+// or 99 (within one burst, taken, its allowance capped at what an origin
+// in debt could admit). On both honest daemons every victim's balance
+// stays within the bound (truth: 100, nobody consumed anything), where
+// each was trillions in debt before (billions of seconds at 10/s). One
+// allowance is burst 100 + 2 s of rate + 1 = 121 tokens.
 func TestPeersKeyedRogueCannotDrainKeys(t *testing.T) {
+	tests := []struct {
+		name  string
+		debt  float64
+		floor float64
+	}{
+		{"absurd debt", -1e12, 100 - 121 - 1},          // one allowance below the truth
+		{"debt within a burst", -99, -99 - 21 - 1 - 1}, // the claimed debt and 2 s of rate
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { peersRogue(t, tt.debt, tt.floor) })
+	}
+}
+
+func peersRogue(t *testing.T, debt, floor float64) {
 	dir := tempDir(t)
 	rules := filepath.Join(dir, "rules.yaml")
 	os.WriteFile(rules, []byte(peersRules), 0o600)
@@ -245,8 +262,8 @@ func TestPeersKeyedRogueCannotDrainKeys(t *testing.T) {
 	secret, _ := base64.StdEncoding.DecodeString(key)
 	victims := []string{"victim-1", "victim-2", "victim-3"}
 	rogue, err := gossip.New(gossip.Config{NodeName: "rogue", BindAddr: "127.0.0.1", BindPort: 0, SecretKey: secret,
-		GossipInterval: 20 * time.Millisecond, Join: []string{"127.0.0.1:" + portA}},
-		&rogueLedger{victims: victims, epoch: uint64(time.Now().UnixNano())})
+		GossipInterval: 20 * time.Millisecond, PushPullInterval: 200 * time.Millisecond, Join: []string{"127.0.0.1:" + portA}},
+		&rogueLedger{victims: victims, epoch: uint64(time.Now().UnixNano()), debt: debt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +276,7 @@ func TestPeersKeyedRogueCannotDrainKeys(t *testing.T) {
 		_, hb := peersKey(t, adminB, victims[0])
 		return ha && hb
 	})
-	// Three seconds of the attack, sampled every 50 ms.
+	// Three seconds of the attack (push-pull every 200 ms), sampled every 50 ms.
 	worst := 100.0
 	for time.Since(start) < 3*time.Second {
 		for _, admin := range []string{adminA, adminB} {
@@ -269,15 +286,15 @@ func TestPeersKeyedRogueCannotDrainKeys(t *testing.T) {
 					continue
 				}
 				worst = min(worst, b)
-				if b < 100-121-1 {
-					t.Fatalf("%s: victim %s at %.1f after %s of the attack: more than one allowance (121) below its true 100",
-						admin, v, b, time.Since(start).Round(time.Millisecond))
+				if b < floor {
+					t.Fatalf("%s: victim %s at %.1f after %s of the attack, below the bound %.0f (truth: 100)",
+						admin, v, b, time.Since(start).Round(time.Millisecond), floor)
 				}
 			}
 		}
 		time.Sleep(50 * time.Millisecond) // sampling period, not waiting for an outcome
 	}
-	t.Logf("lowest victim balance over 3s of a keyed rogue's attack: %.1f (truth: 100; floor of the bound: %d)", worst, 100-121)
+	t.Logf("claimed debt %g: lowest victim balance over 3s of a keyed rogue's attack: %.1f (truth: 100; bound: %.0f)", debt, worst, floor)
 	m := peersMetric(t, adminA)
 	if !strings.Contains(m, `sluice_gossip_suspicious_reports_total{origin="rogue"}`) {
 		t.Fatalf("the rogue is not named in the suspicious reports:\n%s", grepLines(m, "suspicious"))
