@@ -12,7 +12,11 @@ type charge struct {
 }
 
 // receive applies a message from a peer: counters, or resets. A kind this
-// version does not know (a newer peer's) is ignored.
+// version does not know (a newer peer's) is ignored. A counters packet is
+// refused whole when its stamp says it is a replay (see stamp.go); each of
+// its counters is then admitted (admitLocked), deduplicated by the seen
+// table (applyLocked), and charged no more than its origin's allowance
+// (boundLocked).
 func (s *Syncer) receive(b []byte) {
 	s.stats.PacketsReceived.Add(1)
 	s.stats.BytesReceived.Add(uint64(len(b)))

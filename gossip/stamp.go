@@ -52,7 +52,7 @@ func stampPacket(p []byte, at uint64) []byte {
 // readsStamps reports whether member n reads stamped packets.
 func readsStamps(n *memberlist.Node) bool { return n.DMax >= protoStamped }
 
-// checkStamp decides whether a counters packet from sender, stamped at
+// checkStampLocked decides whether a counters packet from sender, stamped at
 // sentAt (or unstamped), may be applied. Caller holds s.mu (for s.peers).
 func (s *Syncer) checkStampLocked(sender string, sentAt uint64, stamped bool) error {
 	if !stamped {
