@@ -400,3 +400,21 @@ func TestRejoinedMemberMayReportWhatItAdmittedAway(t *testing.T) {
 		t.Fatalf("an origin that was never away was allowed %d", got)
 	}
 }
+
+// In a cluster large enough to relay, a clamped counter is not relayed;
+// an honest one is.
+func TestClampedCountersAreNotRelayed(t *testing.T) {
+	s, _, _ := newBoundSyncer()
+	s.members.Store(100) // above FanoutLimit: receivers relay
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "absurd", Epoch: 1, Used: math.MaxUint64}))
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "honest", Epoch: 1, Used: 5}))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k := range s.pending {
+		keys = append(keys, k.key)
+	}
+	if len(keys) != 1 || keys[0] != "honest" {
+		t.Fatalf("pending relays %v, want [honest]", keys)
+	}
+}

@@ -46,13 +46,16 @@ func (s *Syncer) receive(b []byte) {
 			return
 		}
 		tokens, news, sr := s.applyLocked(origin, c)
+		clamped := false
 		if bounded != nil && tokens > 0 {
-			tokens = s.boundLocked(sr, a, origin, c, tokens, now)
+			give := s.boundLocked(sr, a, origin, c, tokens, now)
+			clamped, tokens = give < tokens, give
 		}
 		if tokens > 0 {
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
-		if news && relay {
+		if news && relay && !clamped { // a suspicious counter is not spread further
+
 			s.queueLocked(origin, c, transmits)
 		}
 	})
