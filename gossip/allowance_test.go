@@ -395,6 +395,13 @@ func TestRejoinedMemberMayReportWhatItAdmittedAway(t *testing.T) {
 	if got := l.get("r/k"); got != 3100 || s.stats.SuspiciousReports.Load() != 0 {
 		t.Fatalf("charged %d (suspicious %d), want 3100 and none", got, s.stats.SuspiciousReports.Load())
 	}
+	// Its counters may arrive before this node sees it rejoin: while it is
+	// still listed as failed, the time since it failed counts.
+	s.failed = map[string]failedMember{"back": {since: time.Now().Add(-30 * time.Second)}}
+	s.receive(packet(s, "back", true, Counter{Rule: "r", Key: "k3", Epoch: 1, Used: 3100}))
+	if got := l.get("r/k3"); got != 3100 || s.stats.SuspiciousReports.Load() != 0 {
+		t.Fatalf("a failed member's first report after 30 s away: charged %d (suspicious %d), want 3100", got, s.stats.SuspiciousReports.Load())
+	}
 	s.receive(packet(s, "stranger", true, Counter{Rule: "r", Key: "k2", Epoch: 1, Used: 3100}))
 	if got := l.get("r/k2"); got >= 3100 {
 		t.Fatalf("an origin that was never away was allowed %d", got)

@@ -94,9 +94,14 @@ func (s *Syncer) admitLocked(bounded BoundedLedger, origin string, c Counter, no
 // the origin could have admitted since it was last heard (see allowance),
 // counting the report as suspicious when it claims more. Caller holds s.mu.
 func (s *Syncer) boundLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
+	// A member back from being away (dead to this node, or cut off) may
+	// report what it admitted meanwhile; its counters can arrive before
+	// this node has seen it rejoin, while it is still listed as failed.
 	var away time.Duration
 	if r, ok := s.rejoined[origin]; ok && now-r.at < rejoinGrace {
 		away = r.away
+	} else if f, ok := s.failed[origin]; ok {
+		away = time.Since(f.since)
 	}
 	give := sr.allow.take(a, tokens, now, away)
 	if give < tokens {
