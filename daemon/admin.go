@@ -104,6 +104,7 @@ func newMetrics(d *Daemon) *metrics {
 // registerGossip adds the cluster's series once the syncer exists.
 func (m *metrics) registerGossip(s *gossip.Syncer) {
 	st := s.Stats()
+	m.registerPeerMetrics(s)
 	for name, f := range map[string]func() float64{
 		"sluice_gossip_packets_sent_total":     func() float64 { return float64(st.PacketsSent.Load()) },
 		"sluice_gossip_bytes_sent_total":       func() float64 { return float64(st.BytesSent.Load()) },

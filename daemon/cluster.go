@@ -49,6 +49,30 @@ func (l ledger) Charge(rule, key string, window, tokens uint64) {
 	}
 }
 
+var _ gossip.BoundedLedger = ledger{}
+
+// Allowance is what one origin could admit of key under the limit named
+// rule (see gossip.Allowance): the limit's burst and soft margin at once
+// (for windows, two windows' counts: the end of one and the start of the
+// next), then its rate. Rules this daemon does not have and keys longer
+// than its clients may send have none.
+func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
+	if key == "" || len(key) > l.d.store.MaxKeyLen() {
+		return gossip.Allowance{}, false
+	}
+	ar, i, ok := l.d.rules.Load().resolve(rule)
+	if !ok {
+		return gossip.Allowance{}, false
+	}
+	lim := ar.LimitsFor([]byte(key))[i]
+	soft := softMargin(ar, lim)
+	burst := float64(lim.Burst() + soft)
+	if lim.Algorithm().Windowed() {
+		burst *= 2
+	}
+	return gossip.Allowance{Burst: burst, PerSecond: lim.PerSecond(), Soft: float64(soft)}, true
+}
+
 func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
 	l.d.eachHeld(func(rule string, _ bucket.Limit, c bucket.Consumption, balance float64) bool {
 		return fn(gossip.Counter{Rule: rule, Key: c.Key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev}, balance)

@@ -202,7 +202,7 @@ func (s *Syncer) receiveResets(b []byte) {
 	sender, entries, resend, err := decodeResets(b)
 	if err != nil {
 		s.stats.BadPackets.Add(1)
-		s.log.Warn("dropped a malformed reset message", "bytes", len(b), "error", err)
+		s.badLog.warn(s.log, s.clock(), "dropped a malformed reset message", "bytes", len(b), "error", err)
 		return
 	}
 	if sender == s.self {

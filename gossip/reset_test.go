@@ -108,7 +108,7 @@ func TestResetRefusesEarlierEpochsAndChargesLaterOnes(t *testing.T) {
 			w.add("peer", c)
 		}
 		p, _ := w.packets()
-		return p[0]
+		return stampNow(p[0])
 	}
 	s.receive(counters(Counter{Rule: "api", Key: "k", Epoch: 10, Prev: 0, Used: 5}))
 	s.mu.Lock()

@@ -56,6 +56,20 @@ type Syncer struct {
 	resets   resetState // under mu, but for its resend channel
 	// transport is memberlist's network, for its counters.
 	transport *transport
+
+	// suspicious counts clamped or refused reports by origin (see
+	// suspectLocked); under mu.
+	suspicious map[string]uint64
+	// rejoined holds, for members that came back after being declared
+	// dead or leaving, when (since born) and how long they were away;
+	// under mu, at most maxOrigins entries.
+	rejoined   map[string]rejoin
+	suspectLog logLimiter // warnings of suspicious reports
+	badLog     logLimiter // warnings of packets dropped whole
+	// now is the clock (nil: time.Now); tests replace it. born is when the
+	// syncer was made, on it.
+	now  func() time.Time
+	born time.Time
 }
 
 type counterKey struct{ origin, rule, key string }
@@ -72,26 +86,6 @@ type pendingCounter struct {
 	transmits int // rounds left to send it in
 }
 
-// seenRange is the part [lo, hi] of an origin's counter already charged here,
-// in the counter's generation (epoch, window). touched says a counter for it
-// arrived since the last prune.
-type seenRange struct {
-	epoch, window uint64
-	lo, hi        uint64
-	touched       bool
-}
-
-// compareGen orders two counters of one origin's key by generation: the
-// epoch first, then the window (always 0 for bucket algorithms). It returns
-// -1, 0 or +1 as a is older than, the same as, or newer than b. A newer
-// generation starts the count over; an older one is stale.
-func compareGen(aEpoch, aWindow, bEpoch, bWindow uint64) int {
-	if c := cmp.Compare(aEpoch, bEpoch); c != 0 {
-		return c
-	}
-	return cmp.Compare(aWindow, bWindow)
-}
-
 // Stats counts a syncer's traffic; read it with Stats.
 type Stats struct {
 	PacketsSent, BytesSent         atomic.Uint64
@@ -103,6 +97,14 @@ type Stats struct {
 	StatesMerged                   atomic.Uint64
 	ResetsApplied                  atomic.Uint64 // (limit, key) resets applied here, made here or heard
 	IgnoredPackets                 atomic.Uint64 // messages of a kind this version does not know
+	// SuspiciousReports counts peers' reports clamped or refused because
+	// they claimed more than the origin could have admitted, an epoch far
+	// ahead of this node's clock, or a push-pull balance deeper than one
+	// burst of debt (see Syncer.Suspicious for them by origin).
+	SuspiciousReports atomic.Uint64
+	// UnknownCounters counts counters of rules this node does not have, or
+	// of keys longer than it accepts: neither charged nor remembered.
+	UnknownCounters atomic.Uint64
 }
 
 // New creates the syncer and binds memberlist's port. It joins no one and
@@ -124,6 +126,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 		stop:    make(chan struct{}),
 		resets:  newResetState(),
 	}
+	s.born = s.clock()
 	s.meta = encodeMeta(s.ownMeta(cfg.Meta))
 	s.census = installCensus()
 
@@ -134,6 +137,9 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	mlc.PushPullInterval = cfg.PushPullInterval
 	mlc.EnableCompression = false // counters are small binary; compression doubled CPU
 	mlc.Label = cfg.Label
+	// This node reads stamped counters packets (see stamp.go); its current
+	// delegate version stays 0 so that older members still accept it.
+	mlc.DelegateProtocolMax = protoStamped
 	mlc.MetricLabels = []metrics.Label{{Name: censusLabel, Value: cfg.NodeName}}
 	mlc.SecretKey, mlc.Keyring = cfg.SecretKey, cfg.Keyring
 	mlc.Delegate = (*delegate)(s)
@@ -333,7 +339,7 @@ func (s *Syncer) Origins(rule, key string) []OriginCount {
 	var out []OriginCount
 	for k, sr := range s.seen {
 		if k.rule == rule && k.key == key {
-			out = append(out, OriginCount{Origin: k.origin, Epoch: sr.epoch, Window: sr.window, Used: sr.hi})
+			out = append(out, OriginCount{Origin: k.origin, Epoch: sr.cur.epoch, Window: sr.cur.window, Used: sr.cur.hi})
 		}
 	}
 	s.mu.Unlock()
@@ -373,6 +379,10 @@ func (s *Syncer) joinLoop() {
 		backoff = min(2*backoff, 30*time.Second)
 	}
 }
+
+// rejoin is a member's return: when, on the syncer's clock since it was
+// made, and how long it had been away.
+type rejoin struct{ at, away time.Duration }
 
 // failedMember is a member that went away, and when.
 type failedMember struct {
@@ -461,8 +471,17 @@ func (s *Syncer) round() {
 	}
 	s.mu.Unlock()
 
-	for i, p := range packets {
+	at := uint64(max(0, s.clock().UnixNano()))
+	for i, plain := range packets {
+		var stamped []byte
 		for _, n := range targets {
+			p := plain
+			if readsStamps(n) {
+				if stamped == nil {
+					stamped = stampPacket(plain, at)
+				}
+				p = stamped
+			}
 			if err := s.ml.SendBestEffort(n, p); err != nil {
 				s.log.Debug("send failed", "to", n.Name, "error", err)
 				continue
@@ -536,91 +555,6 @@ func (s *Syncer) queueLocked(origin string, c Counter, transmits int) {
 	}
 }
 
-// applyLocked records an origin's counter and returns the tokens not yet
-// charged here, and whether it told this node anything new. Caller holds s.mu.
-//
-// A counter of a newer generation (see compareGen) starts the seen range
-// over and charges what its packet names, Used−Prev, as a first sighting
-// does. One of an older generation charges nothing: a window's counter that
-// arrives after the next window's is lost, which errs toward admitting more.
-func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool) {
-	k := counterKey{origin, c.Rule, c.Key}
-	sr := s.seen[k]
-	if sr == nil {
-		s.rememberLocked(k, seenRange{epoch: c.Epoch, window: c.Window, lo: c.Prev, hi: c.Used})
-		return c.Used - c.Prev, true
-	}
-	sr.touched = true
-	switch compareGen(c.Epoch, c.Window, sr.epoch, sr.window) {
-	case 1:
-		*sr = seenRange{epoch: c.Epoch, window: c.Window, lo: c.Prev, hi: c.Used, touched: true}
-		return c.Used - c.Prev, true
-	case -1:
-		return 0, false
-	}
-	if c.Used > sr.hi {
-		charge += c.Used - sr.hi // everything above hi is new, gaps included
-		sr.hi, news = c.Used, true
-	}
-	if c.Prev < sr.lo {
-		charge += min(c.Used, sr.lo) - c.Prev
-		sr.lo, news = c.Prev, true
-	}
-	return charge, news
-}
-
-type charge struct {
-	rule, key      string
-	window, tokens uint64
-}
-
-// receive applies a message from a peer: counters, or resets. A kind this
-// version does not know (a newer peer's) is ignored.
-func (s *Syncer) receive(b []byte) {
-	s.stats.PacketsReceived.Add(1)
-	s.stats.BytesReceived.Add(uint64(len(b)))
-	switch kind, ok := packetKind(b); {
-	case ok && kind == msgReset:
-		s.receiveResets(b)
-		return
-	case ok && kind > msgReset:
-		s.stats.IgnoredPackets.Add(1)
-		s.log.Debug("ignored a gossip message of an unknown kind", "kind", kind, "bytes", len(b))
-		return
-	}
-	var charges []charge
-	n := int(max(1, s.members.Load()))
-	relay := n > s.cfg.FanoutLimit
-	transmits := retransmits(n)
-	s.mu.Lock()
-	_, err := decodeCounters(b, func(origin string, c Counter) {
-		if origin == s.self || s.staleLocked(c) {
-			return
-		}
-		tokens, news := s.applyLocked(origin, c)
-		if tokens > 0 {
-			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
-		}
-		if news && relay {
-			s.queueLocked(origin, c, transmits)
-		}
-	})
-	s.mu.Unlock()
-	if err != nil {
-		s.stats.BadPackets.Add(1)
-		s.log.Warn("dropped a malformed gossip packet", "bytes", len(b), "error", err)
-		return
-	}
-	s.charge(charges)
-}
-
-func (s *Syncer) charge(charges []charge) {
-	for _, c := range charges {
-		s.ledger.Charge(c.rule, c.key, c.window, c.tokens)
-		s.stats.TokensCharged.Add(c.tokens)
-	}
-}
-
 // stateBudget bounds a push-pull state (memberlist allows 20 MiB).
 const stateBudget = 8 << 20
 
@@ -651,108 +585,10 @@ func (s *Syncer) localState() []byte {
 		if size += entryOverhead + len(k.origin) + len(k.rule) + len(k.key); size > stateBudget/2 {
 			break
 		}
-		seen = append(seen, seenEntry{origin: k.origin, c: Counter{Rule: k.rule, Key: k.key, Epoch: sr.epoch, Window: sr.window, Used: sr.hi}})
+		seen = append(seen, seenEntry{origin: k.origin, c: Counter{Rule: k.rule, Key: k.key, Epoch: sr.cur.epoch, Window: sr.cur.window, Used: sr.cur.hi}})
 	}
 	s.mu.Unlock()
 	return encodeState(s.self, entries, seen)
-}
-
-func (s *Syncer) mergeState(b []byte) {
-	origin, entries, seen, err := decodeState(b)
-	if err != nil {
-		s.stats.BadPackets.Add(1)
-		s.log.Warn("dropped a malformed push-pull state", "bytes", len(b), "error", err)
-		return
-	}
-	if origin == s.self {
-		return
-	}
-	s.stats.StatesMerged.Add(1)
-	// Entries of keys reset here since the peer counted them are neither
-	// adopted nor charged: the reset forgave them.
-	s.mu.Lock()
-	entries = slices.DeleteFunc(entries, func(e stateEntry) bool { return s.staleLocked(e.c) })
-	seen = slices.DeleteFunc(seen, func(e seenEntry) bool { return s.staleLocked(e.c) })
-	s.mu.Unlock()
-	// Where the peer's balance is lower, take it, and with it everything the
-	// peer had charged for that key (its own counter and the others' it
-	// lists), so none of it is charged here again. Elsewhere, charge what the
-	// peer's own counter says that this node has not yet heard.
-	adopted := make(map[[2]string]bool)
-	for _, e := range entries {
-		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, e.balance) {
-			adopted[[2]string{e.c.Rule, e.c.Key}] = true
-		}
-	}
-	var charges []charge
-	s.mu.Lock()
-	for _, e := range entries {
-		if adopted[[2]string{e.c.Rule, e.c.Key}] {
-			s.baselineLocked(origin, e.c)
-			continue
-		}
-		if tokens, _ := s.applyLocked(origin, e.c); tokens > 0 {
-			charges = append(charges, charge{e.c.Rule, e.c.Key, e.c.Window, tokens})
-		}
-	}
-	for _, e := range seen {
-		if e.origin != s.self && adopted[[2]string{e.c.Rule, e.c.Key}] {
-			s.baselineLocked(e.origin, e.c)
-		}
-	}
-	s.mu.Unlock()
-	s.charge(charges)
-}
-
-// rememberLocked adds a seen range, evicting a random one at the cap.
-// Caller holds s.mu.
-func (s *Syncer) rememberLocked(k counterKey, r seenRange) {
-	if len(s.seen) >= s.cfg.MaxSeen {
-		for victim := range s.seen { // map iteration starts at a random entry
-			delete(s.seen, victim)
-			break
-		}
-	}
-	r.touched = true
-	s.seen[k] = &r
-}
-
-// pruneSeen forgets the counters no packet has mentioned since the previous
-// prune, so the table holds the keys in use rather than every key ever seen
-// (up to MaxSeen). Forgetting is safe: a counter heard again after it is
-// forgotten is a first sighting midway, which charges only the increment its
-// packet names.
-func (s *Syncer) pruneSeen() {
-	s.mu.Lock()
-	s.pruneResetsLocked(time.Now())
-	pruned := 0
-	for k, sr := range s.seen {
-		if !sr.touched {
-			delete(s.seen, k)
-			pruned++
-		} else {
-			sr.touched = false
-		}
-	}
-	s.mu.Unlock()
-	s.stats.SeenPruned.Add(uint64(pruned))
-}
-
-// baselineLocked records that an origin's counter up to c.Used is already
-// accounted for here, charging nothing. Caller holds s.mu.
-func (s *Syncer) baselineLocked(origin string, c Counter) {
-	k := counterKey{origin, c.Rule, c.Key}
-	sr := s.seen[k]
-	if sr == nil {
-		s.rememberLocked(k, seenRange{epoch: c.Epoch, window: c.Window, lo: 0, hi: c.Used})
-		return
-	}
-	switch compareGen(c.Epoch, c.Window, sr.epoch, sr.window) {
-	case 1:
-		*sr = seenRange{epoch: c.Epoch, window: c.Window, lo: 0, hi: c.Used, touched: true}
-	case 0:
-		sr.lo, sr.hi, sr.touched = 0, max(sr.hi, c.Used), true // everything up to Used is in the adopted balance
-	}
 }
 
 func encodeMeta(m Meta) []byte {
@@ -806,6 +642,14 @@ type events Syncer
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.members.Add(1)
 	e.mu.Lock()
+	if f, ok := e.failed[n.Name]; ok {
+		if e.rejoined == nil {
+			e.rejoined = map[string]rejoin{}
+		}
+		if _, ok := e.rejoined[n.Name]; ok || len(e.rejoined) < maxOrigins {
+			e.rejoined[n.Name] = rejoin{at: (*Syncer)(e).sinceBorn(), away: time.Since(f.since)}
+		}
+	}
 	delete(e.failed, n.Name)
 	node := copyNode(n)
 	e.peers[n.Name] = node

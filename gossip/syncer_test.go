@@ -28,14 +28,15 @@ func TestApplyChargesEachTokenOnce(t *testing.T) {
 		{"reordered: the late packet fills the gap below", []msg{{1, 3, 5, 2}, {1, 0, 3, 3}, {1, 0, 3, 0}}},
 		{"first heard midway: only the named increment", []msg{{1, 100, 104, 4}, {1, 104, 110, 6}}},
 		{"new epoch starts over", []msg{{1, 0, 50, 50}, {2, 0, 3, 3}, {2, 3, 4, 1}}},
-		{"stale epoch ignored", []msg{{2, 0, 3, 3}, {1, 0, 50, 0}}},
+		{"a late counter of an older epoch charges its increment once", []msg{{2, 0, 3, 3}, {1, 0, 50, 50}, {1, 0, 50, 0}, {2, 3, 4, 1}}},
+		{"a forged newer epoch does not hide the real one", []msg{{2, 0, 3, 3}, {9, 0, 1, 1}, {2, 3, 5, 2}, {2, 3, 5, 0}, {2, 5, 6, 1}}},
 		{"push-pull baseline charges nothing, later packets charge above it", []msg{{1, 40, 40, 0}, {1, 40, 42, 2}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
 			for i, m := range tt.msgs {
-				got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: m.epoch, Prev: m.prev, Used: m.used})
+				got, _, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: m.epoch, Prev: m.prev, Used: m.used})
 				if got != m.want {
 					t.Fatalf("message %d %+v charged %d, want %d", i, m, got, m.want)
 				}
@@ -205,7 +206,7 @@ func TestMergeStateAdoptsWithoutDoubleCounting(t *testing.T) {
 		// b's first packet then arrives, naming its whole epoch.
 		w := newPacketWriter("b", 1300)
 		w.add("b", Counter{Rule: "r", Key: "k", Epoch: 2, Prev: 0, Used: 10})
-		s.receive(first(w.packets()))
+		s.receive(stampNow(first(w.packets())))
 		got := l.get("r/k")
 		if adopt && got != 0 {
 			t.Errorf("after adopting a's balance, b's counter (already in it) charged %d", got)
@@ -248,7 +249,7 @@ func TestDuplicateNodeNameDoesNotDisplaceTheMember(t *testing.T) {
 func TestIdleCountersAreForgottenSafely(t *testing.T) {
 	s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
 	apply := func(key string, prev, used uint64) uint64 {
-		got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: key, Epoch: 1, Prev: prev, Used: used})
+		got, _, _ := s.applyLocked("peer", Counter{Rule: "r", Key: key, Epoch: 1, Prev: prev, Used: used})
 		return got
 	}
 	apply("busy", 0, 5)
@@ -284,18 +285,18 @@ func TestApplyOrdersWindowsWithinEpochs(t *testing.T) {
 		{"the next window resets and charges Used−Prev", []msg{{1, 5, 0, 10, 10}, {1, 6, 0, 3, 3}, {1, 6, 3, 4, 1}}},
 		{"the next window first heard midway: only the named increment", []msg{{1, 5, 0, 10, 10}, {1, 6, 2, 7, 5}, {1, 6, 7, 9, 2}}},
 		{"a window's last counter, then the next's first", []msg{{1, 5, 0, 3, 3}, {1, 5, 3, 8, 5}, {1, 6, 0, 2, 2}}},
-		{"a late counter of the previous window charges nothing", []msg{{1, 5, 0, 10, 10}, {1, 6, 0, 3, 3}, {1, 5, 10, 12, 0}, {1, 6, 3, 5, 2}}},
+		{"a late counter of the previous window charges once", []msg{{1, 5, 0, 10, 10}, {1, 6, 0, 3, 3}, {1, 5, 10, 12, 2}, {1, 5, 10, 12, 0}, {1, 6, 3, 5, 2}}},
 		{"duplicates within a window charge nothing", []msg{{1, 5, 0, 3, 3}, {1, 5, 0, 3, 0}, {1, 5, 3, 5, 2}, {1, 5, 3, 5, 0}}},
 		{"reordered within a window: the late packet fills the gap", []msg{{1, 5, 3, 5, 2}, {1, 5, 0, 3, 3}, {1, 5, 0, 5, 0}}},
-		{"a new epoch with a smaller window wins", []msg{{1, 9, 0, 10, 10}, {2, 3, 0, 4, 4}, {1, 9, 10, 20, 0}, {2, 3, 4, 6, 2}}},
-		{"an old epoch with a larger window is stale", []msg{{2, 3, 0, 4, 4}, {1, 9, 0, 10, 0}}},
+		{"a new epoch with a smaller window is newer", []msg{{1, 9, 0, 10, 10}, {2, 3, 0, 4, 4}, {1, 9, 10, 20, 10}, {2, 3, 4, 6, 2}}},
+		{"an old epoch with a larger window is older, charged once", []msg{{2, 3, 0, 4, 4}, {1, 9, 0, 10, 10}, {1, 9, 0, 10, 0}}},
 		{"a windowed counter after a bucket one of the same epoch is newer", []msg{{1, 0, 0, 4, 4}, {1, 1, 0, 2, 2}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
 			for i, m := range tt.msgs {
-				got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: m.epoch, Window: m.window, Prev: m.prev, Used: m.used})
+				got, _, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: m.epoch, Window: m.window, Prev: m.prev, Used: m.used})
 				if got != m.want {
 					t.Fatalf("message %d %+v charged %d, want %d", i, m, got, m.want)
 				}
@@ -309,7 +310,7 @@ func TestApplyOrdersWindowsWithinEpochs(t *testing.T) {
 func TestBaselineOrdersWindows(t *testing.T) {
 	s := &Syncer{cfg: Config{MaxSeen: 100}, seen: map[counterKey]*seenRange{}}
 	apply := func(window, prev, used uint64) uint64 {
-		got, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: 1, Window: window, Prev: prev, Used: used})
+		got, _, _ := s.applyLocked("peer", Counter{Rule: "r", Key: "k", Epoch: 1, Window: window, Prev: prev, Used: used})
 		return got
 	}
 	baseline := func(window, used uint64) {
@@ -428,10 +429,10 @@ func TestReceiveChargesTheNamedWindow(t *testing.T) {
 	w := newPacketWriter("b", 1300)
 	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Window: 5, Prev: 0, Used: 8})
 	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Window: 6, Prev: 0, Used: 2})
-	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Window: 5, Prev: 8, Used: 9}) // late: lost
+	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Window: 5, Prev: 8, Used: 9}) // late: still charged, once
 	w.add("b", Counter{Rule: "r", Key: "bucket", Epoch: 1, Prev: 0, Used: 4})
-	s.receive(first(w.packets()))
-	if want := map[uint64]uint64{0: 4, 5: 8, 6: 2}; !maps.Equal(l.windows, want) {
+	s.receive(stampNow(first(w.packets())))
+	if want := map[uint64]uint64{0: 4, 5: 9, 6: 2}; !maps.Equal(l.windows, want) {
 		t.Fatalf("charged by window %v, want %v", l.windows, want)
 	}
 }

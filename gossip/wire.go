@@ -10,7 +10,7 @@ import (
 // Wire formats, msgpack arrays decoded by hand with every count and length
 // checked against the bytes present before anything is allocated:
 //
-//	counters packet  [1, sender, [origin, ...], [[origin_index, rule, key, epoch, prev, used(, window)], ...]]
+//	counters packet  [1, sender, [origin, ...], [[origin_index, rule, key, epoch, prev, used(, window)], ...](, sent_at)]
 //	push-pull state  [2, origin, [[rule, key, epoch, used, balance(, window)], ...], [[seen_origin, rule, key, epoch, used(, window)], ...]]
 //
 // The state's second list is what the sender has already charged of other
@@ -21,7 +21,8 @@ import (
 // (windowed algorithms); bucket algorithms' counters omit it, so their
 // entries are what they were before windows existed and older peers read
 // them. An entry that carries a window of 0 is malformed: each counter has
-// one encoding. Older peers refuse packets holding windowed entries, which
+// one encoding. The packet's trailing sent_at (see stamp.go) is sent only
+// to members that advertise they read it. Older peers refuse packets holding windowed entries, which
 // only rules with windowed algorithms produce.
 const (
 	msgCounters = 1
@@ -170,12 +171,21 @@ func str(d *mp.Decoder, max int, what string) (string, error) {
 	return string(b), nil
 }
 
-// decodeCounters decodes a counters packet, calling fn per entry after the
-// whole packet has been validated: a malformed packet applies nothing.
+// decodeCounters decodes a counters packet, stamped or not, calling fn per
+// entry after the whole packet has been validated: a malformed packet
+// applies nothing.
 func decodeCounters(b []byte, fn func(origin string, c Counter)) (sender string, err error) {
+	return decodeCountersChecked(b, nil, fn)
+}
+
+// decodeCountersChecked is decodeCounters that, once the packet is valid,
+// asks admit (if not nil) whether to apply it, passing its sender and its
+// stamp (see stamp.go); an error from admit is returned and nothing applied.
+func decodeCountersChecked(b []byte, admit func(sender string, sentAt uint64, stamped bool) error, fn func(origin string, c Counter)) (sender string, err error) {
 	d := mp.NewDecoder(b)
-	if n, err := d.ArrayLen(); err != nil || n != 4 {
-		return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "want 4 fields"))
+	fields, err := d.ArrayLen()
+	if err != nil || (fields != 4 && fields != 5) {
+		return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "want 4 or 5 fields"))
 	}
 	if t, err := d.Uint(); err != nil || t != msgCounters {
 		return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "wrong type"))
@@ -231,8 +241,19 @@ func decodeCounters(b []byte, fn func(origin string, c Counter)) (sender string,
 		}
 		items = append(items, item{origins[oi], c})
 	}
+	var sentAt uint64
+	if fields == 5 {
+		if sentAt, err = d.Uint(); err != nil {
+			return "", fmt.Errorf("counters packet: %w", err)
+		}
+	}
 	if err := d.End(); err != nil {
 		return "", fmt.Errorf("counters packet: %w", err)
+	}
+	if admit != nil {
+		if err := admit(sender, sentAt, fields == 5); err != nil {
+			return sender, fmt.Errorf("counters packet from %.64q: %w", sender, err)
+		}
 	}
 	for _, it := range items {
 		fn(it.origin, it.c)

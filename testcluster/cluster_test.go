@@ -28,8 +28,24 @@ func start(t *testing.T, opts Options) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		assertNoneClamped(t, c)
+		c.Close()
+	})
 	return c
+}
+
+// assertNoneClamped fails t if any running node clamped or refused a peer's
+// report as suspicious: in a cluster of honest nodes, none may be.
+func assertNoneClamped(t *testing.T, c *Cluster) {
+	t.Helper()
+	for i, n := range c.Nodes() {
+		if d := n.Daemon(); d != nil && d.Syncer() != nil {
+			if got := d.Syncer().Stats().SuspiciousReports.Load(); got != 0 {
+				t.Errorf("node %d clamped %d honest reports: %v", i, got, d.Syncer().Suspicious())
+			}
+		}
+	}
 }
 
 const fourPerSecond = "rules:\n  four:\n    rate: 4/1s\n"

@@ -1,0 +1,129 @@
+package gossip
+
+import (
+	"math"
+	"time"
+)
+
+// BoundedLedger is a Ledger that can say how much one origin could really
+// admit of a key, so that a peer's report is charged no further than that.
+// The syncer calls Allowance from its goroutines, concurrently with the
+// Ledger's other methods; it must be quick and must not block.
+//
+// A syncer whose ledger is not a BoundedLedger charges what peers report,
+// up to what the ledger itself accepts (tests use that).
+type BoundedLedger interface {
+	Ledger
+	// Allowance returns what one origin could admit of key under the limit
+	// named rule, and false when this node does not know the rule or the key
+	// is one it would not accept from a client (too long): the syncer then
+	// neither charges nor remembers the counter.
+	Allowance(rule, key string) (Allowance, bool)
+}
+
+// Allowance is what one origin could admit of a key: Burst tokens at once
+// and PerSecond after that.
+type Allowance struct {
+	// Burst is the most one origin can admit at once: the limit's burst plus
+	// its soft margin; for window algorithms twice the count (a window's
+	// whole count at its end and the next's at its start).
+	Burst float64
+	// PerSecond is the limit's rate.
+	PerSecond float64
+	// Soft is how far below zero the limit admits (its soft margin), in
+	// tokens: what an origin whose balance is below zero can still admit
+	// at once. 0 for window algorithms' allowances is not used.
+	Soft float64
+}
+
+// allowanceSlack is how much of an origin's rate, in time, the allowance
+// holds beyond its burst: it absorbs packets that arrive closer together on
+// this node's clock than they were sent (delay that varies from packet to
+// packet), so that an honest origin is never clamped.
+const allowanceSlack = 2 * time.Second
+
+// maxEpochAhead is how far above this node's clock (in Unix nanoseconds) a
+// counter's epoch may be. Epochs start at a daemon's start time and grow by
+// one per bucket created (and jump to a reset's instant): an epoch an hour
+// ahead is either a clock an hour off or a forgery. Counters above it are
+// refused.
+const maxEpochAhead = uint64(time.Hour)
+
+// allowance is the receiver's account of what one origin may still be
+// charged for one key: a token bucket on this node's clock that fills at
+// the limit's rate, without a cap while the origin is silent (a report that
+// follows lost ones may carry all their consumption), and is capped at
+// Burst + rate × allowanceSlack after each report. So an origin is charged
+// at most that cap plus the rate times the time since it was first heard:
+// what a node could really have admitted.
+//
+// A restarted origin has a full bucket again: a counter of a newer epoch
+// fills the allowance again, at most once per refillSpacing, so a forger
+// walking epochs up gains one burst per key per refillSpacing, and an
+// origin that restarts more often than that is charged less than it
+// admitted (the cluster admits more, never less).
+type allowance struct {
+	credit   float64
+	heard    time.Duration // since the syncer's epoch; 0: never heard
+	filled   time.Duration // when it was last filled
+	newEpoch bool          // a counter of a newer epoch arrived since the last take
+}
+
+// rejoinGrace is how long after a member rejoins its first reports of a
+// key may carry what it admitted while it was away.
+const rejoinGrace = 30 * time.Second
+
+// refillSpacing is the least time between two fills of an allowance by
+// counters of newer epochs (restarts).
+const refillSpacing = 10 * time.Second
+
+// take charges up to tokens against the allowance at now (> 0) under a,
+// returning what may be charged. away is how long the origin was away
+// from this node (dead or cut off) before it last rejoined, if it rejoined
+// within rejoinGrace: on its own side it could have admitted the rate for
+// that long, and its first reports after the partition heals carry it.
+func (al *allowance) take(a Allowance, tokens uint64, now, away time.Duration) uint64 {
+	capacity := a.Burst + a.PerSecond*allowanceSlack.Seconds() + 1
+	switch {
+	case al.heard == 0:
+		al.credit, al.filled = capacity+a.PerSecond*away.Seconds(), now
+	case al.newEpoch && now-al.filled >= refillSpacing:
+		al.credit, al.filled = capacity, now
+	case now > al.heard:
+		al.credit += a.PerSecond * (now - al.heard).Seconds()
+	}
+	al.heard, al.newEpoch = now, false
+	give := tokens
+	if float64(tokens) > al.credit {
+		give = uint64(max(0, math.Floor(al.credit)))
+	}
+	al.credit = min(al.credit-float64(give), capacity)
+	return give
+}
+
+// satAdd adds without wrapping: at the top it stays at math.MaxUint64.
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// inDebt records that the origin reported its own balance below zero at
+// now: it can admit no more than its soft margin plus the rate from then
+// on, so its allowance is lowered to that (plus the slack). Adopting a
+// balance in debt is free (an honest one holds other origins' consumption
+// too), and this keeps a rogue from adding a full burst of counters on
+// top of a debt it claimed.
+func (al *allowance) inDebt(a Allowance, now time.Duration) {
+	ceiling := a.Soft + a.PerSecond*allowanceSlack.Seconds() + 1
+	if al.heard == 0 {
+		al.credit, al.heard, al.filled = ceiling, now, now
+		return
+	}
+	if now > al.heard {
+		al.credit += a.PerSecond * (now - al.heard).Seconds()
+		al.heard = now
+	}
+	al.credit = min(al.credit, ceiling)
+}

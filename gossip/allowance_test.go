@@ -1,0 +1,427 @@
+package gossip
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+)
+
+// stampNow stamps an unstamped counters packet with the wall clock.
+func stampNow(p []byte) []byte { return stampPacket(p, uint64(time.Now().UnixNano())) }
+
+// boundLedger is a memLedger that knows one rule, "r": burst tokens at once
+// and perSecond, keys of at most 16 bytes. Adopt records the balances.
+type boundLedger struct {
+	*memLedger
+	a       Allowance
+	amu     sync.Mutex
+	adopted []float64
+}
+
+func (l *boundLedger) Allowance(rule, key string) (Allowance, bool) {
+	return l.a, rule == "r" && len(key) <= 16
+}
+
+func (l *boundLedger) Adopt(_, _ string, _ uint64, balance float64) bool {
+	l.amu.Lock()
+	l.adopted = append(l.adopted, balance)
+	l.amu.Unlock()
+	return true
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// newBoundSyncer is a syncer, not started, over a boundLedger for
+// "r" = 100/s burst 100, on a fake clock, with "peer" a member that reads
+// stamps and "old" one that does not.
+func newBoundSyncer() (*Syncer, *boundLedger, *fakeClock) {
+	l := &boundLedger{memLedger: newMemLedger(), a: Allowance{Burst: 100, PerSecond: 100}}
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	s := &Syncer{cfg: Config{MaxSeen: 1000, MaxPending: 100, FanoutLimit: 64, SeenTTL: time.Minute}, ledger: l, self: "me",
+		seen: map[counterKey]*seenRange{}, pending: map[pendingKey]*pendingCounter{}, resets: newResetState(),
+		log: hclog.NewNullLogger(), now: clk.now,
+		peers: map[string]memberlist.Node{"peer": {Name: "peer", DMax: protoStamped}, "old": {Name: "old"}}}
+	s.born = clk.now()
+	return s, l, clk
+}
+
+// packet is a counters packet from sender holding cs (all of origin
+// sender), stamped at the syncer's clock unless unstamped.
+func packet(s *Syncer, sender string, stamped bool, cs ...Counter) []byte {
+	w := newPacketWriter(sender, 1<<16)
+	for _, c := range cs {
+		w.add(sender, c)
+	}
+	p := first(w.packets())
+	if stamped {
+		p = stampPacket(p, uint64(s.clock().UnixNano()))
+	}
+	return p
+}
+
+// The attack of issue 15: one small packet naming an absurd counter put a
+// key years into debt. Now the first report of an origin for a key is
+// charged at most its burst plus the slack, and the report is counted as
+// suspicious under the origin's name.
+func TestAbsurdCounterIsClampedToOneAllowance(t *testing.T) {
+	s, l, _ := newBoundSyncer()
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "victim", Epoch: 1, Used: math.MaxUint64}))
+	capacity := uint64(100 + 100*allowanceSlack.Seconds() + 1)
+	if got := l.get("r/victim"); got == 0 || got > capacity {
+		t.Fatalf("charged %d, want 1 to %d", got, capacity)
+	}
+	if n := s.Suspicious()["peer"]; n != 1 {
+		t.Fatalf("suspicious reports from peer: %d, want 1 (%v)", n, s.Suspicious())
+	}
+	// The next absurd report, at once, gets nothing more than what refilled.
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "victim", Epoch: 2, Used: math.MaxUint64}))
+	if got := l.get("r/victim"); got > capacity {
+		t.Fatalf("two absurd reports at once charged %d, want at most %d", got, capacity)
+	}
+	if got := s.stats.TokensCharged.Load(); got > capacity {
+		t.Fatalf("tokens charged stat %d", got)
+	}
+}
+
+// A rogue origin reporting as fast as it can, for a long time, costs a key
+// no more than an honest origin admitting at the full rate would: the
+// allowance's capacity plus the rate times the time.
+func TestRogueOriginCostsAtMostTheRate(t *testing.T) {
+	s, l, clk := newBoundSyncer()
+	var used uint64
+	const rounds = 3000 // 60 s of 20 ms rounds
+	for range rounds {
+		used += 1_000_000
+		s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "victim", Epoch: 1, Prev: used - 1_000_000, Used: used}))
+		clk.add(20 * time.Millisecond)
+	}
+	elapsed := float64(rounds) * 0.020
+	limit := uint64(100 + 100*allowanceSlack.Seconds() + 1 + 100*elapsed)
+	if got := l.get("r/victim"); got > limit {
+		t.Fatalf("a rogue reporting 1e6 per round for %.0fs charged %d, more than %d", elapsed, got, limit)
+	}
+}
+
+// An honest origin admitting exactly at the rate, with full bursts after
+// idle spells, reported every 20 ms with packets delayed 0 to 500 ms,
+// reordered and sometimes lost, is never clamped.
+func TestHonestOriginAtTheRateIsNeverClamped(t *testing.T) {
+	s, l, clk := newBoundSyncer()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	type sent struct {
+		at time.Duration
+		c  Counter
+	}
+	var inFlight []sent
+	var used, prev uint64
+	balance := 100.0 // the origin's own bucket, 100/s burst 100
+	var now time.Duration
+	admitted := uint64(0)
+	for round := range 5000 {
+		now += 20 * time.Millisecond
+		balance = min(100, balance+100*0.020)
+		switch {
+		case round%500 < 100: // idle: the bucket fills
+		case round%500 == 100: // a full burst
+			used += uint64(balance)
+			balance -= math.Floor(balance)
+		default: // at the rate: whatever refilled
+			take := math.Floor(balance)
+			used += uint64(take)
+			balance -= take
+		}
+		if used > prev {
+			if rnd.IntN(10) > 0 { // 10% lost
+				inFlight = append(inFlight, sent{now + time.Duration(rnd.IntN(500))*time.Millisecond, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: prev, Used: used}})
+			}
+			admitted, prev = used, used
+		}
+		clk.add(20 * time.Millisecond)
+		kept := inFlight[:0]
+		for _, p := range inFlight {
+			if p.at <= now {
+				s.receive(packet(s, "peer", true, p.c))
+			} else {
+				kept = append(kept, p)
+			}
+		}
+		inFlight = kept
+	}
+	if n := s.stats.SuspiciousReports.Load(); n != 0 {
+		t.Fatalf("an honest origin was clamped %d times (charged %d of %d admitted)", n, l.get("r/k"), admitted)
+	}
+}
+
+// A captured packet replayed after the seen table forgot its counters, or
+// to a daemon that restarted since, charges nothing: it is refused by its
+// stamp. A fresh duplicate is refused by the seen table.
+func TestReplayNeverChargesTwice(t *testing.T) {
+	s, l, clk := newBoundSyncer()
+	captured := packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 0, Used: 7})
+	s.receive(captured)
+	s.receive(captured)
+	if got := l.get("r/k"); got != 7 {
+		t.Fatalf("packet and its duplicate charged %d, want 7", got)
+	}
+	clk.add(time.Minute + time.Second)
+	s.pruneSeen()
+	clk.add(time.Minute + time.Second)
+	s.pruneSeen()
+	if len(s.seen) != 0 {
+		t.Fatalf("the seen table still holds %d entries after two idle prunes", len(s.seen))
+	}
+	s.receive(captured)
+	if got := l.get("r/k"); got != 7 {
+		t.Fatalf("replay after the prune charged: %d, want 7", got)
+	}
+	// A restarted receiver: nothing remembered at all.
+	r, rl, rclk := newBoundSyncer()
+	rclk.add(2 * time.Minute)
+	r.receive(captured)
+	if got := rl.get("r/k"); got != 0 {
+		t.Fatalf("replay to a restarted daemon charged %d", got)
+	}
+	if r.stats.BadPackets.Load() != 1 {
+		t.Fatalf("the replay was not counted as a refused packet")
+	}
+}
+
+// Unstamped packets are taken only from members of an older version;
+// stamps far ahead are refused too.
+func TestStampsAreRequiredOfNewMembers(t *testing.T) {
+	tests := []struct {
+		name    string
+		sender  string
+		stamped bool
+		skew    time.Duration
+		charged bool
+	}{
+		{"stamped from a member", "peer", true, 0, true},
+		{"stamped from a non-member", "stranger", true, 0, true},
+		{"unstamped from an older member", "old", false, 0, true},
+		{"unstamped from a member that stamps", "peer", false, 0, false},
+		{"unstamped from a non-member", "stranger", false, 0, false},
+		{"stamped 29s ahead", "peer", true, 29 * time.Second, true},
+		{"stamped 31s ahead", "peer", true, 31 * time.Second, false},
+		{"stamped 31s ago", "peer", true, -31 * time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, l, clk := newBoundSyncer()
+			clk.add(tt.skew)
+			p := packet(s, tt.sender, tt.stamped, Counter{Rule: "r", Key: "k", Epoch: 1, Used: 5})
+			clk.add(-tt.skew)
+			s.receive(p)
+			if got := l.get("r/k") == 5; got != tt.charged {
+				t.Fatalf("charged %v, want %v", got, tt.charged)
+			}
+		})
+	}
+}
+
+// A counter whose epoch is far ahead of the receiver's clock is refused and
+// counted; one of a plausible newer epoch cannot hide the origin's real
+// counters, which go on being charged exactly once.
+func TestForgedEpochsCannotShadowARealOrigin(t *testing.T) {
+	s, l, clk := newBoundSyncer()
+	now := uint64(clk.now().UnixNano())
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: now - 5, Used: 3}))
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: math.MaxUint64 - 1, Used: 1}))
+	if n := s.Suspicious()["peer"]; n != 1 {
+		t.Fatalf("an epoch far ahead was not counted as suspicious: %v", s.Suspicious())
+	}
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: now + uint64(30*time.Minute), Used: 1})) // forged, plausible
+	for i := range uint64(10) {
+		clk.add(time.Second)
+		c := Counter{Rule: "r", Key: "k", Epoch: now - 5, Prev: 3 + 2*i, Used: 5 + 2*i}
+		s.receive(packet(s, "peer", true, c))
+		s.receive(packet(s, "peer", true, c)) // and a duplicate
+	}
+	if got, want := l.get("r/k"), uint64(3+20+1); got != want {
+		t.Fatalf("charged %d, want %d (the real 23 and the forged 1)", got, want)
+	}
+}
+
+// Counters of rules this node does not have, or of keys longer than its
+// clients may send, are neither charged nor remembered.
+func TestUnknownRulesAndLongKeysHoldNoMemory(t *testing.T) {
+	s, l, _ := newBoundSyncer()
+	for i := range 200 {
+		s.receive(packet(s, "peer", true,
+			Counter{Rule: "nope", Key: "k", Epoch: uint64(i + 1), Used: 5},
+			Counter{Rule: "r", Key: "a-key-longer-than-sixteen-bytes", Epoch: uint64(i + 1), Used: 5}))
+	}
+	if len(s.seen) != 0 || len(l.charged) != 0 {
+		t.Fatalf("seen %d entries, charged %v", len(s.seen), l.charged)
+	}
+	if got := s.stats.UnknownCounters.Load(); got != 400 {
+		t.Fatalf("unknown counters %d, want 400", got)
+	}
+}
+
+// A push-pull state claiming more than one burst of debt is taken as 0 and
+// empties the sender's allowance for the key, so its counters cannot add a
+// burst on top; an honest lower balance is taken as it is.
+func TestAdoptedBalanceIsBounded(t *testing.T) {
+	s, l, clk := newBoundSyncer()
+	state := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1, Prev: 1}, balance: -1e18}}, nil)
+	s.mergeState(state)
+	if len(l.adopted) != 1 || l.adopted[0] != 0 {
+		t.Fatalf("adopted %v, want [0]", l.adopted)
+	}
+	if s.stats.SuspiciousReports.Load() != 1 {
+		t.Fatal("the deep balance was not counted as suspicious")
+	}
+	clk.add(time.Second)
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 1, Used: 1e12}))
+	if got := l.get("r/k"); got > 100 {
+		t.Fatalf("a second after the deep state, a counter charged %d, want at most the rate (100)", got)
+	}
+	honest := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "h", Epoch: 1, Used: 1, Prev: 1}, balance: -40}}, nil)
+	s.mergeState(honest)
+	if got := l.adopted[len(l.adopted)-1]; got != -40 {
+		t.Fatalf("an honest lower balance was taken as %v, want -40", got)
+	}
+	// An origin that said it was in debt can then admit only the rate
+	// (and the slack): its absurd counter adds no burst on top.
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "h", Epoch: 1, Prev: 1, Used: 1e12}))
+	if got, max := l.get("r/h"), uint64(100*allowanceSlack.Seconds()+1); got > max {
+		t.Fatalf("after a state in debt, a counter charged %d, want at most %d", got, max)
+	}
+}
+
+// A suspicious report's origin is labelled by name only for members: made
+// up names are counted together.
+func TestSuspiciousOriginsAreBounded(t *testing.T) {
+	s, _, _ := newBoundSyncer()
+	for i := range 3000 {
+		s.receive(packet(s, string(rune('a'+i%26))+string(rune('a'+i/26%26))+"x", true, Counter{Rule: "r", Key: "k", Epoch: 1, Used: math.MaxUint64}))
+	}
+	got := s.Suspicious()
+	if len(got) != 1 || got[OriginUnknown] == 0 {
+		t.Fatalf("suspicious by origin: %d labels %v", len(got), got)
+	}
+}
+
+func TestSatAdd(t *testing.T) {
+	for _, tt := range []struct{ a, b, want uint64 }{
+		{1, 2, 3}, {math.MaxUint64, 1, math.MaxUint64}, {math.MaxUint64 - 1, 1, math.MaxUint64}, {1 << 63, 1 << 63, math.MaxUint64},
+	} {
+		if got := satAdd(tt.a, tt.b); got != tt.want {
+			t.Errorf("satAdd(%d, %d) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+// A restarted origin (a counter of a newer epoch) is allowed a full burst
+// again, but no more often than every refillSpacing: a forger walking
+// epochs up at every report gains one burst per key per refillSpacing.
+func TestNewEpochsRefillAtMostEveryRefillSpacing(t *testing.T) {
+	s, l, clk := newBoundSyncer()
+	base := uint64(clk.now().UnixNano()) - uint64(time.Hour)
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "honest", Epoch: base, Used: 100}))
+	clk.add(refillSpacing)
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "honest", Epoch: base + uint64(refillSpacing), Used: 100}))
+	if got := l.get("r/honest"); got != 200 {
+		t.Fatalf("a restart's full burst after a full one: charged %d, want 200", got)
+	}
+	if n := s.stats.SuspiciousReports.Load(); n != 0 {
+		t.Fatalf("an honest restart was clamped %d times", n)
+	}
+	const rounds = 3000 // 60 s of 20 ms rounds, a new epoch each
+	for i := range uint64(rounds) {
+		s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "walked", Epoch: base + i, Used: math.MaxUint64}))
+		clk.add(20 * time.Millisecond)
+	}
+	capacity := 100 + 100*allowanceSlack.Seconds() + 1
+	elapsed := rounds * 0.020
+	limit := uint64(capacity*(1+elapsed/refillSpacing.Seconds()) + 100*elapsed)
+	if got := l.get("r/walked"); got > limit {
+		t.Fatalf("epochs walked up for %.0fs charged %d, more than %d", elapsed, got, limit)
+	}
+}
+
+// Warnings of bad packets are logged at most once per logEvery, with how
+// many were suppressed in between.
+func TestBadPacketWarningsAreRateLimited(t *testing.T) {
+	var buf syncBuf
+	s, _, clk := newBoundSyncer()
+	s.log = hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn})
+	for range 1000 {
+		s.receive([]byte{0x94, 0xff}) // malformed
+	}
+	clk.add(logEvery)
+	s.receive([]byte{0x94, 0xff})
+	if n := strings.Count(buf.String(), "dropped a gossip packet"); n != 2 {
+		t.Fatalf("%d warnings for 1001 bad packets over one interval, want 2:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "suppressed_since_last=999") {
+		t.Fatalf("the second warning does not count the suppressed ones:\n%s", buf.String())
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) { b.mu.Lock(); defer b.mu.Unlock(); return b.b.Write(p) }
+func (b *syncBuf) String() string              { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
+
+// A member back from a partition may report, on each key, what it admitted
+// on its own side while away: its first report of a key after rejoining
+// is allowed the rate for as long as it was away.
+func TestRejoinedMemberMayReportWhatItAdmittedAway(t *testing.T) {
+	s, l, _ := newBoundSyncer()
+	s.rejoined = map[string]rejoin{"peer": {at: s.sinceBorn(), away: 30 * time.Second}}
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Used: 100 + 100*30}))
+	if got := l.get("r/k"); got != 3100 || s.stats.SuspiciousReports.Load() != 0 {
+		t.Fatalf("charged %d (suspicious %d), want 3100 and none", got, s.stats.SuspiciousReports.Load())
+	}
+	// Its counters may arrive before this node sees it rejoin: while it is
+	// still listed as failed, the time since it failed counts.
+	s.failed = map[string]failedMember{"back": {since: time.Now().Add(-30 * time.Second)}}
+	s.receive(packet(s, "back", true, Counter{Rule: "r", Key: "k3", Epoch: 1, Used: 3100}))
+	if got := l.get("r/k3"); got != 3100 || s.stats.SuspiciousReports.Load() != 0 {
+		t.Fatalf("a failed member's first report after 30 s away: charged %d (suspicious %d), want 3100", got, s.stats.SuspiciousReports.Load())
+	}
+	s.receive(packet(s, "stranger", true, Counter{Rule: "r", Key: "k2", Epoch: 1, Used: 3100}))
+	if got := l.get("r/k2"); got >= 3100 {
+		t.Fatalf("an origin that was never away was allowed %d", got)
+	}
+}
+
+// In a cluster large enough to relay, a clamped counter is not relayed;
+// an honest one is.
+func TestClampedCountersAreNotRelayed(t *testing.T) {
+	s, _, _ := newBoundSyncer()
+	s.members.Store(100) // above FanoutLimit: receivers relay
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "absurd", Epoch: 1, Used: math.MaxUint64}))
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "honest", Epoch: 1, Used: 5}))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k := range s.pending {
+		keys = append(keys, k.key)
+	}
+	if len(keys) != 1 || keys[0] != "honest" {
+		t.Fatalf("pending relays %v, want [honest]", keys)
+	}
+}
