@@ -42,10 +42,16 @@ func (d *Daemon) reloadRules() error {
 		if err == nil && rules == nil {
 			return nil // unchanged
 		}
-		if err := d.commitRules(rules, err); err != nil {
+		if err != nil {
+			return d.failReload(err)
+		}
+		// The fallback ends as the service's rules go in, not after: once
+		// a client sees the new rules, /readyz no longer reports a fallback.
+		d.endFallback()
+		if err := d.put(rules); err != nil {
 			return err
 		}
-		d.servedFromURL(body)
+		d.writeRulesCache(body)
 		return nil
 	case d.settings.RulesPath == "":
 		d.log.Info("reload: running on embedded default rules; nothing to re-read")

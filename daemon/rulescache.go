@@ -85,13 +85,12 @@ func (d *Daemon) startFromURL() {
 		"url", d.settings.RulesURL, "error", err, "hint", "set --rules-cache so the last good rules survive a restart")
 }
 
-// servedFromURL notes that the service's rules are in force (parsed from
-// body): the fallback, if any, ends and the cache is refreshed.
-func (d *Daemon) servedFromURL(body []byte) {
+// endFallback notes that the service's rules are going in force: the
+// fallback, if any, ends.
+func (d *Daemon) endFallback() {
 	if prev := d.fallback.Swap(nil); prev != nil {
 		d.log.Info("rules service answered; its rules replace the fallback", "url", d.settings.RulesURL, "was_cache", prev.cache)
 	}
-	d.writeRulesCache(body)
 }
 
 // writeRulesCache writes body to the rules cache atomically; a failure is
