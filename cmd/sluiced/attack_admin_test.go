@@ -44,7 +44,22 @@ func startAdminNode(t *testing.T, dir, name, rules string, args ...string) *admi
 	}
 	n.p = startDaemon(t, append([]string{"--socket", n.sock, "--rules", rulesPath, "--no-watch", "--node-name", name,
 		"--admin-addr", n.admin}, args...)...)
+	n.awaitServing(t, name)
+	return n
+}
+
+// awaitServing waits until the node's socket and admin endpoint answer,
+// and dials a client of it (closed with the test). A node that exits
+// meanwhile fails the test at once, with its log.
+func (n *adminNode) awaitServing(t *testing.T, name string) {
+	t.Helper()
 	eventually(t, name+" serves its socket and admin endpoint", func() bool {
+		select {
+		case err := <-n.p.exited:
+			n.p.exited <- err // for the cleanup
+			t.Fatalf("%s exited: %v\n%s", name, err, n.p.stderr.String())
+		default:
+		}
 		if n.c == nil {
 			c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
 			if err != nil {
@@ -56,7 +71,6 @@ func startAdminNode(t *testing.T, dir, name, rules string, args ...string) *admi
 		return code == 200
 	})
 	t.Cleanup(func() { n.c.Close() })
-	return n
 }
 
 // adminRequest sends one request on a fresh connection (host "" keeps the

@@ -20,7 +20,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/daemon/adminapi"
 	"github.com/sluicelabs/sluice/ipc/mp"
 )
@@ -98,23 +97,7 @@ func secureNode(t *testing.T, dir, name, rules string, env []string, args ...str
 	}
 	n.p = secureStart(t, env, append([]string{"--socket", n.sock, "--rules", rulesPath, "--no-watch", "--node-name", name,
 		"--admin-addr", n.admin}, args...)...)
-	eventually(t, name+" serves its socket and admin endpoint", func() bool {
-		select {
-		case err := <-n.p.exited:
-			t.Fatalf("%s exited: %v\n%s", name, err, n.p.stderr.String())
-		default:
-		}
-		if n.c == nil {
-			c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
-			if err != nil {
-				return false
-			}
-			n.c = c
-		}
-		code, _ := adminRequest(t, "GET", "http://"+n.admin+"/healthz", "", nil, "")
-		return code == 200
-	})
-	t.Cleanup(func() { n.c.Close() })
+	n.awaitServing(t, name)
 	return n
 }
 
