@@ -37,6 +37,20 @@ type transportNode struct {
 
 // startTransportNode starts sluiced with gossip on a free loopback port;
 // key "" runs plain gossip, otherwise SLUICE_GOSSIP_KEY carries it.
+// startTransportVictim starts a node to attack, with key ("" for none) and
+// a metrics endpoint, and waits until the endpoint answers; it returns the
+// node and the endpoint's address.
+func startTransportVictim(t *testing.T, key string) (*transportNode, string) {
+	t.Helper()
+	metrics := "127.0.0.1:" + freePort(t)
+	n := startTransportNode(t, "victim", key, "--metrics-addr", metrics)
+	eventually(t, "metrics answer", func() bool {
+		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
+		return code == 200
+	})
+	return n, metrics
+}
+
 func startTransportNode(t *testing.T, name, key string, args ...string) *transportNode {
 	t.Helper()
 	dir := tempDir(t)
@@ -245,12 +259,7 @@ const transportMemoryBoundMiB = 160
 // up, refuses and counts them, and its peak RSS grows by less than
 // transportMemoryBoundMiB.
 func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
-	metrics := "127.0.0.1:" + freePort(t)
-	n := startTransportNode(t, "victim", transportTestKey, "--metrics-addr", metrics)
-	eventually(t, "metrics answer", func() bool {
-		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
-		return code == 200
-	})
+	n, metrics := startTransportVictim(t, transportTestKey)
 	pid := n.p.cmd.Process.Pid
 	baseRSS, baseHWM := procKiB(t, pid, "VmRSS"), procKiB(t, pid, "VmHWM")
 	junk := make([]byte, 64<<10)
@@ -313,12 +322,7 @@ func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 // holders go, streams are accepted again, and a stream that sends nothing
 // is closed within the deadline.
 func TestGossipStreamSlotsAndDeadline(t *testing.T) {
-	metrics := "127.0.0.1:" + freePort(t)
-	n := startTransportNode(t, "victim", "", "--metrics-addr", metrics)
-	eventually(t, "metrics answer", func() bool {
-		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
-		return code == 200
-	})
+	n, metrics := startTransportVictim(t, "")
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
@@ -385,12 +389,7 @@ func lzwBombPacket(t *testing.T) ([]byte, int) {
 // them by reason, logs them at most once per cause per interval, and its
 // peak RSS barely moves.
 func TestGossipHostilePacketsAreRefused(t *testing.T) {
-	metrics := "127.0.0.1:" + freePort(t)
-	n := startTransportNode(t, "victim", "", "--metrics-addr", metrics)
-	eventually(t, "metrics answer", func() bool {
-		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
-		return code == 200
-	})
+	n, metrics := startTransportVictim(t, "")
 	pid := n.p.cmd.Process.Pid
 	baseHWM := procKiB(t, pid, "VmHWM")
 	bomb, inflated := lzwBombPacket(t)
@@ -459,12 +458,7 @@ func TestGossipUndecryptablePacketFloodIsLoggedOncePerInterval(t *testing.T) {
 // header), each sending 1 MiB, 50 at a time. Peak RSS grows by less than
 // transportMemoryBoundMiB.
 func TestGossipPlainDeclaredLengthFloodIsBounded(t *testing.T) {
-	metrics := "127.0.0.1:" + freePort(t)
-	n := startTransportNode(t, "victim", "", "--metrics-addr", metrics)
-	eventually(t, "metrics answer", func() bool {
-		code, _ := adminRequest(t, "GET", "http://"+metrics+"/metrics", "", nil, "")
-		return code == 200
-	})
+	n, metrics := startTransportVictim(t, "")
 	pid := n.p.cmd.Process.Pid
 	baseRSS, baseHWM := procKiB(t, pid, "VmRSS"), procKiB(t, pid, "VmHWM")
 	junk := make([]byte, 64<<10)
