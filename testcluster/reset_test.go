@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -50,17 +51,7 @@ func TestResetReachesTheWholeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Several push-pull exchanges later, nothing old came back.
-	merged := func() uint64 {
-		var n uint64
-		for _, nd := range c.Nodes() {
-			n += nd.Daemon().Syncer().Stats().StatesMerged.Load()
-		}
-		return n
-	}
-	before := merged()
-	if err := poll(20*time.Second, func() bool { return merged() >= before+6 }, func() string { return "six push-pull exchanges" }); err != nil {
-		t.Fatal(err)
-	}
+	awaitPushPulls(t, c, 6)
 	if b := c.Balances("four", "client-k"); b[0] != 1 || b[1] != 1 || b[2] != 1 {
 		t.Fatalf("balances after push-pull %v, want 1 everywhere (the old debt came back?)", b)
 	}
@@ -135,18 +126,25 @@ func TestResetReachesANodeCutOffWhenItWasMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Push-pull exchanges after the heal do not bring node 2's old debt back.
-	merged := func() uint64 {
-		var n uint64
-		for _, nd := range c.Nodes() {
-			n += nd.Daemon().Syncer().Stats().StatesMerged.Load()
-		}
-		return n
-	}
-	before := merged()
-	if err := poll(20*time.Second, func() bool { return merged() >= before+6 }, func() string { return "six push-pull exchanges" }); err != nil {
-		t.Fatal(err)
-	}
+	awaitPushPulls(t, c, 6)
 	if b := c.Balances("four", "client-k"); b[0] != 4 || b[1] != 4 || b[2] != 4 {
 		t.Fatalf("balances after the heal and push-pull %v, want 4 everywhere", b)
+	}
+}
+
+// awaitPushPulls waits until the cluster's nodes have merged n more push-pull
+// states between them.
+func awaitPushPulls(t *testing.T, c *Cluster, n uint64) {
+	t.Helper()
+	merged := func() uint64 {
+		var sum uint64
+		for _, nd := range c.Nodes() {
+			sum += nd.Daemon().Syncer().Stats().StatesMerged.Load()
+		}
+		return sum
+	}
+	before := merged()
+	if err := poll(20*time.Second, func() bool { return merged() >= before+n }, func() string { return fmt.Sprintf("%d push-pull exchanges", n) }); err != nil {
+		t.Fatal(err)
 	}
 }
