@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
 )
 
 // The stream guard stands between the TCP listener and memberlist. memberlist
@@ -169,7 +172,7 @@ func (g *streamGuard) screen(conn net.Conn) (net.Conn, int64, error) {
 	deadline := time.Now().Add(g.timeout)
 	conn.SetDeadline(deadline)
 	br := bufio.NewReaderSize(conn, streamPeekSize)
-	limit, err := g.parse(br)
+	limit, plan, err := g.parseStream(br)
 	if err != nil {
 		g.release(0)
 		return nil, limit, err
@@ -177,6 +180,14 @@ func (g *streamGuard) screen(conn net.Conn) (net.Conn, int64, error) {
 	if !g.reserve(limit) {
 		g.release(0)
 		return nil, limit, refuse(RefusedBudget, "open streams declare too much already")
+	}
+	if plan.nodes > 0 {
+		r, err := checkNodeStates(io.LimitReader(br, limit), plan)
+		if err != nil {
+			g.release(limit)
+			return nil, limit, err
+		}
+		return &guardedConn{Conn: conn, r: r, deadline: deadline, done: func() { g.release(limit) }}, 0, nil
 	}
 	peeked, _ := br.Peek(br.Buffered())
 	if int64(len(peeked)) > limit {
@@ -199,6 +210,26 @@ type peekReader interface {
 // parse reads memberlist's framing from the start of a stream and returns
 // how many bytes, from the stream's first, memberlist may read.
 func (g *streamGuard) parse(br peekReader) (int64, error) {
+	limit, _, err := g.parseStream(br)
+	return limit, err
+}
+
+// pushPullPlan locates the node states of a plain push-pull: they start at
+// byte at of the stream, and there are nodes of them (0: not a plain
+// push-pull).
+type pushPullPlan struct {
+	at    int
+	nodes int64
+}
+
+// parseStream is parse, also saying where a plain push-pull's node states are.
+func (g *streamGuard) parseStream(br peekReader) (int64, pushPullPlan, error) {
+	var plan pushPullPlan
+	limit, err := g.parseInto(br, &plan)
+	return limit, plan, err
+}
+
+func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error) {
 	peek := func(n int) ([]byte, error) {
 		b, err := br.Peek(n)
 		if err != nil {
@@ -274,6 +305,7 @@ func (g *streamGuard) parse(br peekReader) (int64, error) {
 	if h.nodes > maxPushNodes || h.userStateLen > maxUserState {
 		return h.nodes*maxNodeStateBytes + h.userStateLen, refuse(RefusedLength, "a push-pull beyond the caps")
 	}
+	plan.at, plan.nodes = end, h.nodes
 	return int64(end) + h.nodes*maxNodeStateBytes + h.userStateLen, nil
 }
 
@@ -433,4 +465,36 @@ func (c *guardedConn) SetReadDeadline(t time.Time) error {
 }
 func (c *guardedConn) SetWriteDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(c.clamp(t))
+}
+
+// guardNodeState is the part of memberlist's pushNodeState the guard checks,
+// decoded by field name as memberlist's codec writes it.
+type guardNodeState struct {
+	Name string
+	Vsn  []uint8
+}
+
+// checkNodeStates reads a plain push-pull's node states from src (the
+// stream from its first byte, limited to what it declared) and refuses the
+// stream if one carries a protocol version list memberlist would index out
+// of range (memberlist v0.5.4's verifyProtocol reads Vsn[0..5] of any
+// non-empty list: a one-byte list panics the daemon). It returns the reader
+// memberlist reads the stream from: the bytes checked, then the rest.
+func checkNodeStates(src io.Reader, plan pushPullPlan) (io.Reader, error) {
+	head := make([]byte, plan.at)
+	if _, err := io.ReadFull(src, head); err != nil {
+		return nil, refuse(RefusedTimeout, "read the header: "+err.Error())
+	}
+	var seen bytes.Buffer
+	dec := codec.NewDecoder(io.TeeReader(src, &seen), &codec.MsgpackHandle{})
+	for i := int64(0); i < plan.nodes; i++ {
+		var st guardNodeState
+		if err := dec.Decode(&st); err != nil {
+			return nil, refuse(RefusedHeader, fmt.Sprintf("node state %d: %v", i, err))
+		}
+		if n := len(st.Vsn); n != 0 && n < 6 {
+			return nil, refuse(RefusedHeader, fmt.Sprintf("node state %d: a version list of %d bytes, not 6", i, n))
+		}
+	}
+	return io.MultiReader(bytes.NewReader(head), bytes.NewReader(seen.Bytes()), src), nil
 }
