@@ -568,19 +568,20 @@ const youngDeath = time.Second
 
 // unreachable records why the daemon cannot be reached, so that calls fail
 // with it, and logs each distinct reason once.
+//
+// The line is written before calls can see err, so a caller that has been
+// refused with it can rely on the log already saying why.
 func (c *Client) unreachable(err error) {
-	c.downErr.Store(&err)
 	var re *ReachError
 	if errors.As(err, &re) && errors.Is(err, ErrUntrustedDaemon) {
 		c.untrusted.Add(1)
 	}
-	msg := err.Error()
-	if msg == c.reachLogged {
-		return
+	if msg := err.Error(); msg != c.reachLogged {
+		c.reachLogged = msg
+		c.opts.Log("sluice: cannot reach sluiced; calls fail "+c.failMode()+" until it can be reached",
+			"path", c.opts.SocketPath, "error", msg)
 	}
-	c.reachLogged = msg
-	c.opts.Log("sluice: cannot reach sluiced; calls fail "+c.failMode()+" until it can be reached",
-		"path", c.opts.SocketPath, "error", msg)
+	c.downErr.Store(&err)
 }
 
 // reachable notes a connection made: after a logged failure, it says so.
