@@ -59,6 +59,14 @@ type Daemon struct {
 	lastFetchOK    atomic.Int64                  // unix seconds of the last answer from the rules service
 	fallback       atomic.Pointer[rulesFallback] // rules in force not from the service; nil once it answered (rulescache.go)
 
+	// reloadGate lets one reload run at a time, from reading its source to
+	// putting the rules in force; reloadSeq numbers reloads in the order
+	// their sources were read, and appliedSeq (guarded by reloadGate) is the
+	// newest one in force, so an older read never replaces a newer one.
+	reloadGate sync.Mutex
+	reloadSeq  atomic.Uint64
+	appliedSeq uint64
+
 	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
 	namespaces map[string]bucket.Namespace
 	nsNames    atomic.Pointer[[]string] // namespace → rule name, for gossip

@@ -19,16 +19,24 @@ import (
 // With neither file nor URL (embedded defaults) there is nothing to re-read.
 // In a cluster started with a keyring file, the keyring is re-read too, so
 // gossip keys rotate without a restart.
+//
+// Reloads from every source (SIGHUP, the file watcher, the rules service
+// poller, POST /v1/reload) run one at a time, and the newest read wins: a
+// reload whose source was read before the rules in force were read is
+// dropped, not applied over them.
 func (d *Daemon) Reload() error {
+	d.reloadGate.Lock()
+	defer d.reloadGate.Unlock()
+	seq := d.reloadSeq.Add(1)
 	kerr := d.reloadKeyring()
-	if err := d.reloadRules(); err != nil {
+	if err := d.reloadRules(seq); err != nil {
 		return err
 	}
 	return kerr
 }
 
-// reloadRules is Reload's rules half.
-func (d *Daemon) reloadRules() error {
+// reloadRules is Reload's rules half; the caller holds reloadGate.
+func (d *Daemon) reloadRules(seq uint64) error {
 	var rules *config.Rules
 	var err error
 	switch {
@@ -48,7 +56,7 @@ func (d *Daemon) reloadRules() error {
 		// The fallback ends as the service's rules go in, not after: once
 		// a client sees the new rules, /readyz no longer reports a fallback.
 		d.endFallback()
-		if err := d.put(rules); err != nil {
+		if err := d.put(seq, rules); err != nil {
 			return err
 		}
 		d.writeRulesCache(body)
@@ -65,27 +73,39 @@ func (d *Daemon) reloadRules() error {
 	default:
 		rules, err = config.LoadRules(d.settings.RulesPath)
 	}
-	return d.commitRules(rules, err)
+	return d.commitRules(seq, rules, err)
 }
 
 // errRulesBeingWritten refuses a reload while a writer has the rules file open.
 var errRulesBeingWritten = errors.New("rules file is being written in place; not loaded until the writer closes it")
 
+// nextReadSeq numbers a read of the rules source made outside Reload (the
+// watcher's): take it before reading, pass it to reloadFileData.
+func (d *Daemon) nextReadSeq() uint64 { return d.reloadSeq.Add(1) }
+
 // reloadFileData puts in force the rules file's content as the watcher read
 // it (once it stood still and no writer held it open), so what was checked
-// is what is parsed.
-func (d *Daemon) reloadFileData(data []byte) error {
+// is what is parsed. seq is from nextReadSeq, taken before the read: if a
+// reload that read the source later has already put its rules in force,
+// data is older than what is in force and is dropped.
+func (d *Daemon) reloadFileData(seq uint64, data []byte) error {
+	d.reloadGate.Lock()
+	defer d.reloadGate.Unlock()
+	if seq <= d.appliedSeq {
+		d.log.Debug("reload: dropping a rules file read older than the rules in force", "path", d.settings.RulesPath)
+		return nil
+	}
 	rules, err := config.ParseRules(d.settings.RulesPath, data)
-	return d.commitRules(rules, err)
+	return d.commitRules(seq, rules, err)
 }
 
 // commitRules puts rules in force, or, when err is set, keeps the last good
-// rules and logs, counts and returns err.
-func (d *Daemon) commitRules(rules *config.Rules, err error) error {
+// rules and logs, counts and returns err. The caller holds reloadGate.
+func (d *Daemon) commitRules(seq uint64, rules *config.Rules, err error) error {
 	if err != nil {
 		return d.failReload(err)
 	}
-	return d.put(rules)
+	return d.put(seq, rules)
 }
 
 // failReload logs, counts and returns a reload that failed; the last good
@@ -99,10 +119,12 @@ func (d *Daemon) failReload(err error) error {
 	return fmt.Errorf("reload: %w", err)
 }
 
-// put puts rules in force after a reload and says so.
-func (d *Daemon) put(rules *config.Rules) error {
+// put puts rules in force after a reload (read as number seq) and says so.
+// The caller holds reloadGate.
+func (d *Daemon) put(seq uint64, rules *config.Rules) error {
 	old := d.Rules()
 	d.apply(rules)
+	d.appliedSeq = max(d.appliedSeq, seq)
 	d.reloads.Add(1)
 	d.metrics.reloads.WithLabelValues("ok").Inc()
 	d.metrics.reloadAt.SetToCurrentTime()

@@ -159,6 +159,7 @@ func (d *Daemon) watchLoop(ctx context.Context, w *fsnotify.Watcher, writers *wr
 				arm() // still changing: let it stand still for a whole debounce
 				continue
 			}
+			seq := d.nextReadSeq()
 			data, err := config.ReadRulesFile(path)
 			if err != nil {
 				if now.ok { // a missing file (mid-swap) is not worth a line
@@ -176,7 +177,7 @@ func (d *Daemon) watchLoop(ctx context.Context, w *fsnotify.Watcher, writers *wr
 			}
 			last = sum[:]
 			d.log.Info("rules file changed; reloading", "path", path)
-			_ = d.reloadFileData(data) // logged; a bad file keeps the last good rules
+			_ = d.reloadFileData(seq, data) // logged; a bad file keeps the last good rules
 		}
 	}
 }
