@@ -7,8 +7,15 @@
 //
 // # Protocol, version 2
 //
-// A client connects to the daemon's Unix stream socket. Each direction is a
-// sequence of frames:
+// The protocol's specification is docs/PROTOCOL.md: every message and
+// field with its msgpack type, every status and error code, the id rules,
+// the version handshake, the limits WELCOME announces and the bounded-key
+// derivation, and the behaviour required of a client. Its test vectors,
+// ipc/testdata/vectors.json, are generated from this package's code and
+// replayed against it (vectors_test.go). What follows is a summary.
+//
+// A client connects to the daemon's Unix stream socket (see
+// DefaultSocketPath). Each direction is a sequence of frames:
 //
 //	frame = length:uint32 big-endian | body:length bytes
 //
@@ -31,19 +38,16 @@
 //
 // version is the highest protocol version the client speaks; the server
 // replies with the version it will use (the lower of the two). id is chosen by
-// the client and echoed in the RESULT or ERROR that answers it, so a client may
-// have many CHECKs in flight on one connection and match replies as they come
-// (replies to one connection are sent in request order). A CHECK holds 1 to
-// max_batch checks; it is admitted only if every check admits, and only then is
-// every check charged. A check with the optional fourth field asks to be
-// shaped rather than refused: if its tokens will be there within max_delay_ns,
-// they are taken now and its status is delayed (4) with retry_after saying how
-// long the caller must wait before going ahead; requests are so served in
-// arrival order, as from a leaky bucket. RESULT carries one entry per check, in order: status
-// (see Status), the rule's requests per period, whole tokens remaining,
-// nanoseconds until the check's cost is covered (0 when it admits),
-// nanoseconds until the bucket is full, and the rule's period in nanoseconds
-// (limit per period is the rate; 0 for unknown rules).
+// the client (never 0, which an ERROR uses to mean the connection is closing)
+// and echoed in the RESULT, BALANCE or ERROR that answers it, so a client may
+// have many requests in flight on one connection and match replies as they
+// come (replies to one connection are sent in request order). A CHECK holds 1
+// to max_batch checks; it is admitted only if every check admits, and only
+// then is every check charged. A check with the optional fourth field asks to
+// be shaped rather than refused: if its tokens will be there within
+// max_delay_ns, they are taken now and its status is delayed (4) with
+// retry_after saying how long the caller must wait before going ahead.
+// RESULT carries one entry per check, in order (see Status and Result).
 //
 // INSPECT reads a key's bucket without charging it: BALANCE says whether the
 // rule exists, the balance in tokens (a float: at most burst, negative when in
@@ -52,20 +56,14 @@
 //
 // REPORT (version 2; never sent to a version 1 server) tells the daemon how
 // many calls the client decided without it, failing open or closed, since
-// its previous REPORT: the daemon cannot see those calls otherwise. It has no
-// reply. A client sends it ahead of its next request once the daemon is
-// reachable again.
+// its previous REPORT. It has no reply.
 //
-// ERROR with a non-zero id refuses that request alone (for example a key longer
-// than max_key_len, a batch larger than max_batch, or a cost above the rule's
-// burst) and charges nothing; the connection stays usable. ERROR with id 0
-// reports a connection-level fault (a frame larger than max_frame, bytes that
-// are not a valid message, an unknown message type, a failed handshake) and
-// the server closes the connection after sending it. A server that admits
-// only certain users (ServerConfig.AllowUIDs, AllowGIDs) may send ERROR
-// CodePeerRefused as its first frame, without waiting for HELLO, to a
-// client whose uid and gid are not allowed, and then closes the connection.
-// Codes are listed under ErrorCode.
+// ERROR with a non-zero id refuses that request alone and charges nothing;
+// the connection stays usable. ERROR with id 0 reports a connection-level
+// fault (a frame larger than max_frame, bytes that are not a valid message,
+// an unknown message type, a failed handshake, the connection cap, a
+// shutdown, a peer not on the allow-list) and the server closes the
+// connection after sending it. Codes are listed under ErrorCode.
 //
 // # Limits a server enforces
 //

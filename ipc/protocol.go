@@ -83,21 +83,24 @@ func (s Status) String() string {
 // ErrorCode classifies an ERROR message.
 type ErrorCode uint64
 
-// Error codes. Codes below 100 close the connection (sent with id 0); codes
-// from 100 refuse a single request.
+// Error codes (docs/PROTOCOL.md, section 10). Codes below 100 concern the
+// connection: sent with id 0, the server closes the connection after them
+// (the one exception is CodeUnexpected with a request's id, refusing an
+// INSPECT a server does not offer). Codes from 100 refuse a single request,
+// whose id they carry; the connection stays usable.
 const (
-	CodeMalformed     ErrorCode = 1 // bytes that are not a valid message
-	CodeFrameTooLarge ErrorCode = 2 // length prefix above max_frame
-	CodeBadVersion    ErrorCode = 3 // no common protocol version
-	CodeUnexpected    ErrorCode = 4 // unknown message type, or HELLO missing
-	CodeTooManyConns  ErrorCode = 5 // the server is at its connection cap
-	CodeShuttingDown  ErrorCode = 6 // the server is stopping
-	CodePeerRefused   ErrorCode = 7 // the peer's uid and gid are not on the server's allow-list
-	CodeBatchTooLarge ErrorCode = 100
-	CodeKeyTooLong    ErrorCode = 101
-	CodeBadCost       ErrorCode = 102
+	CodeMalformed     ErrorCode = 1   // bytes that are not a valid message
+	CodeFrameTooLarge ErrorCode = 2   // length prefix above max_frame
+	CodeBadVersion    ErrorCode = 3   // no common protocol version
+	CodeUnexpected    ErrorCode = 4   // unknown message type, or HELLO missing
+	CodeTooManyConns  ErrorCode = 5   // the server is at its connection cap
+	CodeShuttingDown  ErrorCode = 6   // the server is stopping
+	CodePeerRefused   ErrorCode = 7   // the peer's uid and gid are not on the server's allow-list
+	CodeBatchTooLarge ErrorCode = 100 // more checks than max_batch
+	CodeKeyTooLong    ErrorCode = 101 // a key longer than max_key_len
+	CodeBadCost       ErrorCode = 102 // cost 0, or above the rule's burst
 	CodeBadRequest    ErrorCode = 103 // empty key, empty batch, other invalid fields
-	CodeInternal      ErrorCode = 104
+	CodeInternal      ErrorCode = 104 // the server could not decide (clients fail open or closed, not deny)
 )
 
 // Error is an ERROR message, and the error type for refusals the server sends.
