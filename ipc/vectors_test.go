@@ -609,6 +609,17 @@ func exchanges() []exchange {
 			client("REPORT", frame(0x93, 0x07, 0xce, 0, 0, 0, 0x02, 0xd2, 0, 0, 0, 0x01), "REPORT with uint 32 and int 32 counts").nonCanonical(),
 			client("CHECK", frame(0x93, 0x02, 0x03, 0x91, 0x93, 0xa3, 'a', 'p', 'i', 0xa3, 'a', 'l', 't', 0xcf, 0, 0, 0, 0, 0, 0, 0, 0x01), "cost as uint 64").nonCanonical(),
 			result("RESULT ok", "alt's second token (INSPECT charged nothing)"),
+			client("CHECK", frame(0xdd, 0, 0, 0, 0x03, 0x02, 0xd3, 0, 0, 0, 0, 0, 0, 0, 0x04, 0xdc, 0x00, 0x01, 0x93, 0xc5, 0x00, 0x03, 'a', 'p', 'i', 0xdb, 0, 0, 0, 0x04, 'a', 'l', 't', '2', 0xcc, 0x01),
+				"CHECK as array 32, id as int 64, checks as array 16, rule as bin 16, key as str 32, cost as uint 8").nonCanonical(),
+			result("RESULT ok", ""),
+			client("CHECK", frame(0x93, 0x02, 0x05, 0x91, 0x93, 0xa3, 'a', 'p', 'i', 0xc6, 0, 0, 0, 0x04, 'a', 'l', 't', '2', 0x01), "key as bin 32").nonCanonical(),
+			result("RESULT ok", ""),
+		)),
+		ex("check-same-id", "sluiced", handshake(1), one(
+			client("CHECK", req(7, checkOf("api", "same")), "two requests in flight with the same id: the server does not check ids, it echoes them (a client must not do this: it could not tell the replies apart but by their order)"),
+			client("CHECK", req(7, checkOf("no-such-rule", "same")), ""),
+			result("RESULT", ""),
+			server("RESULT", ""),
 		)),
 		ex("error-malformed-negative", "sluiced", handshake(1), one(
 			client("CHECK", frame(0x93, 0x02, 0x01, 0x91, 0x93, 0xa3, 'a', 'p', 'i', 0xa1, 'k', 0xff), "cost -1 (negative fixint): integers must not be negative").nonCanonical(),
