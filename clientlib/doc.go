@@ -40,5 +40,7 @@
 // replies by id. Decisions on the happy path allocate nothing.
 //
 // It depends only on the standard library and the msgpack wire format in
-// package ipc, so any Go service can import it cheaply.
+// package ipc, so any Go service can import it cheaply. The protocol, and
+// the behaviour required of any client (this one is the reference), are
+// specified in docs/PROTOCOL.md.
 package clientlib

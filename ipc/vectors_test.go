@@ -742,9 +742,11 @@ func runExchange(t *testing.T, setups map[string]vectorSetup, e exchange) [][]by
 		case "shutdown":
 			stop()
 		case "idle":
-			// The server's idle_reap is 1 ms here: wait well past it, by
-			// the clock, not for an outcome (the outcome is read below).
-			time.Sleep(50 * time.Millisecond)
+			// The server's idle_reap is 1 ms here: wait well past it (and
+			// past the few instructions between the server's WELCOME and
+			// its wait for the next frame), by the clock, not for an
+			// outcome: the outcome is read below.
+			time.Sleep(250 * time.Millisecond)
 		}
 		c := connect(s.conn)
 		if s.from == "client" {
