@@ -18,7 +18,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/memberlist"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // Syncer is one daemon's membership in the cluster and its exchange of
