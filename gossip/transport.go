@@ -283,10 +283,6 @@ func (t *transport) readPackets() {
 	}
 }
 
-// acceptBackoff paces retries of a failing accept (out of file descriptors,
-// say): 5 ms doubling to 1 s, no jitter (one listener, nothing to spread).
-var acceptBackoff = backoff.Policy{Min: 5 * time.Millisecond, Max: time.Second}
-
 // acceptStreams hands each TCP connection to memberlist, backing off while
 // accepting fails (out of file descriptors, say).
 func (t *transport) acceptStreams() {
@@ -299,7 +295,7 @@ func (t *transport) acceptStreams() {
 				return
 			}
 			failures++
-			wait := acceptBackoff.Delay(failures, 0)
+			wait := backoff.Accept().Delay(failures, 0)
 			t.log.Printf("[ERR] gossip: accept a TCP connection: %v (retrying in %s)", err, wait)
 			select {
 			case <-time.After(wait):

@@ -255,7 +255,7 @@ func (s *Server) Serve(l net.Listener, path string) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
 				failures++
-				wait := acceptBackoff.Delay(failures, 0)
+				wait := backoff.Accept().Delay(failures, 0)
 				s.warn(causeAccept, "accept failed; retrying", "error", err, "backoff", wait)
 				time.Sleep(wait)
 				continue
@@ -871,7 +871,3 @@ type nopLogger struct{}
 
 func (nopLogger) Debug(string, ...interface{}) {}
 func (nopLogger) Warn(string, ...interface{})  {}
-
-// acceptBackoff paces retries of a failing accept (out of file descriptors,
-// say): 5 ms doubling to 1 s, no jitter (one listener, nothing to spread).
-var acceptBackoff = backoff.Policy{Min: 5 * time.Millisecond, Max: time.Second}

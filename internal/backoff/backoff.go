@@ -26,6 +26,11 @@ type Policy struct {
 	Spread float64
 }
 
+// Accept is the policy of a listener whose Accept fails (out of file
+// descriptors, say): 5 ms doubling to 1 s, no jitter (one listener, nothing
+// to spread). The socket server and the gossip transport both use it.
+func Accept() Policy { return Policy{Min: 5 * time.Millisecond, Max: time.Second} }
+
 // Delay returns the wait before retry number attempt (1 for the retry after
 // the first failure). r is a random number in [0, 1), such as rand.Float64();
 // it is clamped into that range. An attempt below 1 counts as 1.

@@ -10,7 +10,7 @@ func TestDelay(t *testing.T) {
 	const ms = time.Millisecond
 	full := Policy{Min: 100 * ms, Max: 10 * time.Second, Spread: 1}
 	half := Policy{Min: 200 * ms, Max: 30 * time.Second, Spread: 0.5}
-	none := Policy{Min: 5 * ms, Max: time.Second}
+	none := Accept()
 	for _, tc := range []struct {
 		name    string
 		p       Policy
