@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicelabs/sluice/internal/backoff"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -604,17 +605,18 @@ func (c *Client) failMode() string {
 // and while connections die young (see youngDeath).
 func (c *Client) reconnectLoop() {
 	defer c.wg.Done()
-	backoff := c.opts.ReconnectMin
+	// Full jitter over [d/2, d): reconnecting clients spread out.
+	retry := backoff.Policy{Min: c.opts.ReconnectMin, Max: c.opts.ReconnectMax, Spread: 0.5}
+	failures := 0           // dials failed (or connections died young) in a row
 	var notBefore time.Time // no dialling before this: the backoff in force
 	replacing := make([]bool, len(c.slots))
 	timer := time.NewTimer(0)
 	timer.Stop()
 	wait := func(now time.Time) {
-		// Full jitter over [backoff/2, backoff): reconnecting clients spread out.
-		w := backoff/2 + time.Duration(c.opts.Jitter()*float64(backoff/2))
+		failures++
+		w := retry.Delay(failures, c.opts.Jitter())
 		notBefore = now.Add(w)
 		timer.Reset(w)
-		backoff = min(2*backoff, c.opts.ReconnectMax)
 	}
 	for {
 		select {
@@ -645,7 +647,7 @@ func (c *Client) reconnectLoop() {
 			continue
 		}
 		if old {
-			backoff, notBefore = c.opts.ReconnectMin, time.Time{}
+			failures, notBefore = 0, time.Time{}
 		}
 		if now.Before(notBefore) {
 			timer.Reset(notBefore.Sub(now))

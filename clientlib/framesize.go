@@ -1,6 +1,6 @@
 package clientlib
 
-// Sizes of msgpack encodings as package ipc/mp writes them, so a request's
+// Sizes of msgpack encodings as package internal/msgpackwire writes them, so a request's
 // frame size is known before anything is queued (see conn.write).
 
 // uintSize is the encoded size of an unsigned integer.

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicelabs/sluice/internal/routecheck"
 )
 
 // ProxyRoutes is the routes file of the HTTP proxy (sluiced proxy): how to
@@ -110,11 +111,11 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 			if i < len(lp) {
 				p = lp[i]
 			}
-			if l.Rule == "" {
-				return fmt.Errorf("invalid routes %s: %s limit %d: rule is missing", at(p.at), where, i)
+			if err := routecheck.Rule(l.Rule); err != nil {
+				return fmt.Errorf("invalid routes %s: %s limit %d: %w", at(p.at), where, i, err)
 			}
-			if l.Cost < 0 {
-				return fmt.Errorf("invalid routes %s: %s limit %d: cost %d is negative", at(p.cost), where, i, l.Cost)
+			if err := routecheck.Cost(l.Cost); err != nil {
+				return fmt.Errorf("invalid routes %s: %s limit %d: %w", at(p.cost), where, i, err)
 			}
 		}
 		return nil
@@ -134,15 +135,15 @@ func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
 		if err := check("route "+rt.Match, rt.Limits, lp); err != nil {
 			return nil, err
 		}
-		if s := rt.Shape; s != nil && (s.MaxWait <= 0 || s.MaxQueue <= 0) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: shape needs max_wait and max_queue above zero", at(rp), rt.Match)
+		if s := rt.Shape; s != nil {
+			if err := routecheck.Shape(s.MaxWait, s.MaxQueue); err != nil {
+				return nil, fmt.Errorf("invalid routes %s: route %s: %w", at(rp), rt.Match, err)
+			}
 		}
-		if e := rt.Elastic; e != nil && (e.Extra <= 0 || e.MaxP99 <= 0 || e.MaxErrorRate < 0) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: elastic needs extra and max_p99 above zero", at(rp), rt.Match)
-		}
-		// YAML's .nan and .inf pass the comparisons above.
-		if e := rt.Elastic; e != nil && (!finite(e.Extra) || !finite(e.MaxErrorRate)) {
-			return nil, fmt.Errorf("invalid routes %s: route %s: elastic extra and max_error_rate must be finite numbers", at(rp), rt.Match)
+		if e := rt.Elastic; e != nil {
+			if err := routecheck.Elastic(e.Extra, e.MaxP99, e.MaxErrorRate); err != nil {
+				return nil, fmt.Errorf("invalid routes %s: route %s: %w", at(rp), rt.Match, err)
+			}
 		}
 	}
 	for _, h := range r.Headers {
@@ -205,8 +206,6 @@ func mapValue(n *yaml.Node, key string) *yaml.Node {
 	}
 	return nil
 }
-
-func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // DefaultProxyRoutes are the routes of a proxy given no routes file: every
 // request limited by client IP under the rule "default", which the embedded

@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sluicelabs/sluice/internal/routecheck"
 )
 
 // ErrInvalidRoutes is wrapped by CheckRules' error when a routes file names
@@ -67,14 +69,12 @@ func (r *ProxyRoutes) CheckRules(lookup RuleLookup) error {
 				p = pos[i]
 			}
 			field := fmt.Sprintf("%s[%d]", path, i)
-			cost := max(l.Cost, 1)
-			switch {
-			case !a.known:
+			if err := routecheck.Known(l.Rule, a.known); err != nil {
 				errs = append(errs, &FieldError{File: r.source, Line: max(p.rule.line, 1), Column: max(p.rule.col, 1), Field: field + ".rule",
-					Msg: fmt.Sprintf("rule %q is not defined in the daemon's rules", l.Rule)})
-			case cost > a.burst:
+					Msg: err.Error() + " in the daemon's rules"})
+			} else if err := routecheck.WithinBurst(l.Rule, l.Cost, a.burst); err != nil {
 				errs = append(errs, &FieldError{File: r.source, Line: max(p.cost.line, 1), Column: max(p.cost.col, 1), Field: field + ".cost",
-					Msg: fmt.Sprintf("cost %d exceeds the burst %d of rule %q: every request would be refused", cost, a.burst, l.Rule)})
+					Msg: err.Error()})
 			}
 		}
 		return nil

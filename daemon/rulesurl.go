@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/internal/backoff"
 )
 
 // The daemon can take its rules from a rules service: an HTTP(S) URL it
@@ -121,14 +122,8 @@ func (f *rulesFetcher) fetch(ctx context.Context) (*config.Rules, []byte, error)
 // max(interval, maxRulesBackoff), with full jitter over its upper half so a
 // fleet does not retry in step. jitter returns a value in [0, 1).
 func retryDelay(failures int, interval time.Duration, jitter func() float64) time.Duration {
-	base := min(interval, time.Second)
-	ceiling := max(interval, maxRulesBackoff)
-	d := base
-	for i := 1; i < failures && d < ceiling; i++ {
-		d *= 2
-	}
-	d = min(d, ceiling)
-	return d/2 + time.Duration(jitter()*float64(d/2))
+	p := backoff.Policy{Min: min(interval, time.Second), Max: max(interval, maxRulesBackoff), Spread: 0.5}
+	return p.Delay(failures, jitter())
 }
 
 // pollRules polls the rules service until ctx ends: every poll interval

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // Fuzz targets for what peers send: counter packets, push-pull state and node

@@ -3,7 +3,7 @@ package gossip
 import (
 	"testing"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // decodeMetaV0 is the metadata decoder of nodes before the security

@@ -3,7 +3,7 @@ package gossip
 import (
 	"fmt"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // The reset message, a third kind beside counters and push-pull states:

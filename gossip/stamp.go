@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // Replays. A counters packet carries, as an optional fifth field, the

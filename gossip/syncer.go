@@ -18,7 +18,8 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/memberlist"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	"github.com/sluicelabs/sluice/internal/backoff"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // Syncer is one daemon's membership in the cluster and its exchange of
@@ -360,14 +361,14 @@ func (s *Syncer) SetMeta(m Meta) error {
 
 func (s *Syncer) joinLoop() {
 	defer s.wg.Done()
-	backoff := 200 * time.Millisecond
-	for {
+	retry := backoff.Policy{Min: 200 * time.Millisecond, Max: 30 * time.Second, Spread: 0.5}
+	for attempt := 1; ; attempt++ {
 		n, err := s.ml.Join(s.cfg.Join)
 		if n > 0 {
 			s.log.Info("joined cluster", "peers_answered", n, "members", s.ml.NumMembers())
 			return
 		}
-		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		wait := retry.Delay(attempt, rand.Float64())
 		s.log.Warn("join failed; retrying", "peers", s.cfg.Join, "error", err, "retry_in", wait)
 		t := time.NewTimer(wait)
 		select {
@@ -376,7 +377,6 @@ func (s *Syncer) joinLoop() {
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 

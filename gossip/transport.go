@@ -12,6 +12,8 @@ import (
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/sluicelabs/sluice/internal/backoff"
 )
 
 // transport is memberlist's network: UDP packets and TCP streams on one
@@ -285,23 +287,24 @@ func (t *transport) readPackets() {
 // accepting fails (out of file descriptors, say).
 func (t *transport) acceptStreams() {
 	defer t.wg.Done()
-	var backoff time.Duration
+	failures := 0
 	for {
 		conn, err := t.tcp.AcceptTCP()
 		if err != nil {
 			if t.closing.Load() {
 				return
 			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t.log.Printf("[ERR] gossip: accept a TCP connection: %v (retrying in %s)", err, backoff)
+			failures++
+			wait := backoff.Accept().Delay(failures, 0)
+			t.log.Printf("[ERR] gossip: accept a TCP connection: %v (retrying in %s)", err, wait)
 			select {
-			case <-time.After(backoff):
+			case <-time.After(wait):
 				continue
 			case <-t.stop:
 				return
 			}
 		}
-		backoff = 0
+		failures = 0
 		if !t.waitReady() {
 			conn.Close()
 			return

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // Wire formats, msgpack arrays decoded by hand with every count and length

@@ -11,7 +11,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 func TestPacketsFitAndRoundTrip(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // ProtocolVersion is the highest protocol version this package speaks.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicelabs/sluice/internal/backoff"
 )
 
 // Decider makes the decisions the server is asked for. Decide is called from
@@ -240,7 +242,7 @@ func (s *Server) Serve(l net.Listener, path string) error {
 		s.pathInfo, _ = os.Stat(path)
 	}
 	s.mu.Unlock()
-	var backoff time.Duration
+	failures := 0 // accepts failed in a row
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -252,14 +254,15 @@ func (s *Server) Serve(l net.Listener, path string) error {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.warn(causeAccept, "accept failed; retrying", "error", err, "backoff", backoff)
-				time.Sleep(backoff)
+				failures++
+				wait := backoff.Accept().Delay(failures, 0)
+				s.warn(causeAccept, "accept failed; retrying", "error", err, "backoff", wait)
+				time.Sleep(wait)
 				continue
 			}
 			return fmt.Errorf("accept: %w", err)
 		}
-		backoff = 0
+		failures = 0
 		s.track(c)
 	}
 }

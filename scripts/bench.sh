@@ -95,5 +95,7 @@ if [ -z "$skip_cluster" ]; then
 fi
 
 echo "--- report"
-go run ./scripts/benchreport -raw "$raw" -out docs/BENCHMARKS.md -charts docs/benchmarks
+# The report tools are in the scripts module (their plotting libraries stay
+# out of the sluice module): run there, with absolute paths.
+go run -C scripts ./benchreport -raw "$raw" -out "$root/docs/BENCHMARKS.md" -charts "$root/docs/benchmarks"
 echo "wrote docs/BENCHMARKS.md"

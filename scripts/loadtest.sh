@@ -94,6 +94,6 @@ out="$root/docs/loadtest.txt"
   hey -z "${secs}s" -c 10 -q 50 -o csv http://127.0.0.1:18082/ > "$work/limit.csv"
   awk -F, 'NR>1 {c[$7]++} END {for (k in c) printf "status %s: %d\n", k, c[k]}' "$work/limit.csv" | sort
 } | tee "$out"
-go run ./scripts/loadchart -in "$work/limit.csv" -limit 200 -out docs/loadtest.svg \
+go run -C scripts ./loadchart -in "$work/limit.csv" -limit 200 -out "$root/docs/loadtest.svg" \
   -title "sluiced proxy: 500 req/s offered against 200/s"
 echo "wrote $out and docs/loadtest.svg"

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // forgedCounter is a raw memberlist UDP packet (testcluster's label, user message)

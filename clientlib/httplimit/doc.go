@@ -17,5 +17,8 @@
 // of rate-limited APIs that waits as 429 and 503 responses ask and otherwise
 // backs off with full jitter.
 //
-// It uses the standard library only (and clientlib's types).
+// It links the standard library and msgpack only: beyond clientlib, it uses
+// package bucket (std only) for elastic allowances, which are this
+// process's own token buckets by design, and Sluice's internal helpers for
+// retry delays and route checks.
 package httplimit

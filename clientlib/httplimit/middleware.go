@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/clientlib"
+	"github.com/sluicelabs/sluice/internal/routecheck"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -160,21 +161,18 @@ func New(cfg Config) (m *Middleware, err error) {
 	rules, _ := cfg.Limiter.(RuleChecker)
 	check := func(where string, limits []Limit) error {
 		for i, l := range limits {
-			if l.Rule == "" {
-				return fmt.Errorf("httplimit: %s limit %d: rule is empty", where, i)
+			err := routecheck.Rule(l.Rule)
+			if err == nil {
+				err = routecheck.Cost(l.Cost)
 			}
-			if l.Cost < 0 {
-				return fmt.Errorf("httplimit: %s limit %d: cost %d is negative", where, i, l.Cost)
+			if err == nil && rules != nil {
+				burst, known := rules.RuleBurst(l.Rule)
+				if err = routecheck.Known(l.Rule, known); err == nil {
+					err = routecheck.WithinBurst(l.Rule, l.Cost, burst)
+				}
 			}
-			if rules == nil {
-				continue
-			}
-			burst, known := rules.RuleBurst(l.Rule)
-			if !known {
-				return fmt.Errorf("httplimit: %s limit %d: rule %q is not defined", where, i, l.Rule)
-			}
-			if cost := max(l.Cost, 1); cost > burst {
-				return fmt.Errorf("httplimit: %s limit %d: cost %d exceeds the burst %d of rule %q, so every request would be refused", where, i, cost, burst, l.Rule)
+			if err != nil {
+				return fmt.Errorf("httplimit: %s limit %d: %w", where, i, err)
 			}
 		}
 		return nil
@@ -187,12 +185,14 @@ func New(cfg Config) (m *Middleware, err error) {
 		if err := check("route "+r.Pattern, r.Limits); err != nil {
 			return nil, err
 		}
-		if s := r.Shape; s != nil && (s.MaxWait <= 0 || s.MaxQueue <= 0) {
-			return nil, fmt.Errorf("httplimit: route %s: shaping needs a positive max wait and queue", r.Pattern)
+		if s := r.Shape; s != nil {
+			if err := routecheck.Shape(s.MaxWait, s.MaxQueue); err != nil {
+				return nil, fmt.Errorf("httplimit: route %s: %w", r.Pattern, err)
+			}
 		}
 		if e := r.Elastic; e != nil {
-			if e.Extra <= 0 || e.MaxP99 <= 0 || e.MaxErrorRate < 0 {
-				return nil, fmt.Errorf("httplimit: route %s: elastic needs a positive extra share and p99 target", r.Pattern)
+			if err := routecheck.Elastic(e.Extra, e.MaxP99, e.MaxErrorRate); err != nil {
+				return nil, fmt.Errorf("httplimit: route %s: %w", r.Pattern, err)
 			}
 			if e.Window <= 0 {
 				e.Window = 10 * time.Second

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicelabs/sluice/internal/backoff"
 )
 
 // Transport is an http.RoundTripper for callers of rate-limited APIs. On 429
@@ -126,11 +128,7 @@ func (c *Transport) nextWait(resp *http.Response, err error, attempt int) (time.
 
 // backoff is full jitter: uniform in [0, min(MaxDelay, BaseDelay × 2^(attempt−1))).
 func (c *Transport) backoff(attempt int) time.Duration {
-	ceiling := c.MaxDelay
-	if attempt < 32 {
-		ceiling = min(c.MaxDelay, c.BaseDelay<<(attempt-1))
-	}
-	return time.Duration(c.Rand() * float64(ceiling))
+	return backoff.Policy{Min: c.BaseDelay, Max: c.MaxDelay, Spread: 1}.Delay(attempt, c.Rand())
 }
 
 // serverWait reads Retry-After (seconds or an HTTP date), else the reset

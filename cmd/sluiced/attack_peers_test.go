@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/sluicelabs/sluice/gossip"
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // peersRules: burst 100 at 10/s, so one allowance (burst + 2 s of rate + 1)

@@ -21,7 +21,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/sluicelabs/sluice/daemon/adminapi"
-	"github.com/sluicelabs/sluice/ipc/mp"
+	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
 // These tests attack a real sluiced's gossip settings as an operator who

@@ -4,11 +4,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
@@ -16,6 +14,7 @@ import (
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
 	"github.com/sluicelabs/sluice/gossip"
+	"github.com/sluicelabs/sluice/proxy"
 )
 
 func main() {
@@ -136,30 +135,21 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	var builtIn atomic.Pointer[proxy.Server] // the built-in proxy, once started
+	ctx, stop := handleSignals(func() {
+		_ = d.Reload() // logged by Reload; a bad file keeps the last good rules
+		if p := builtIn.Load(); p != nil {
+			p.Reload()
+		}
+	})
 	defer stop()
-	var proxy *proxyServer
 	if listen := c.String("proxy-listen"); listen != "" {
-		if proxy, err = startBuiltInProxy(ctx, listen, c.String("proxy-upstream"), c.String("proxy-routes"), d, log.Named("proxy")); err != nil {
+		p, err := startBuiltInProxy(ctx, listen, c.String("proxy-upstream"), c.String("proxy-routes"), d, log.Named("proxy"))
+		if err != nil {
 			return err
 		}
-		defer proxy.shutdown()
+		defer p.Shutdown()
+		builtIn.Store(p)
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = d.Reload() // logged by Reload; a bad file keeps the last good rules
-				if proxy != nil {
-					proxy.reload()
-				}
-			}
-		}
-	}()
 	return d.Run(ctx)
 }

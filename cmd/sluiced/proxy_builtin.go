@@ -9,6 +9,7 @@ import (
 	"github.com/sluicelabs/sluice/clientlib/httplimit"
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/proxy"
 )
 
 // startBuiltInProxy starts the HTTP proxy inside the daemon (--proxy-listen):
@@ -16,16 +17,16 @@ import (
 // start-up (refusing to start on a route naming an unknown rule or costing
 // more than its rule's burst), at every reload, and whenever the rules
 // change, and its series are served on the daemon's /metrics.
-func startBuiltInProxy(ctx context.Context, listen, upstream, routes string, d *daemon.Daemon, log hclog.Logger) (*proxyServer, error) {
-	p, err := startProxy(proxyConfig{
-		listen: listen, upstream: upstream, routesPath: routes,
-		lim: d.Local(), log: log, events: httplimit.NewEvents(log.Warn, 0, nil),
-		check: func(r *config.ProxyRoutes) error { return r.CheckRules(config.RulesLookup(d.Rules())) },
+func startBuiltInProxy(ctx context.Context, listen, upstream, routes string, d *daemon.Daemon, log hclog.Logger) (*proxy.Server, error) {
+	p, err := proxy.Start(proxy.Config{
+		Listen: listen, Upstream: upstream, RoutesPath: routes,
+		Limiter: d.Local(), Log: log, Events: httplimit.NewEvents(log.Warn, 0, nil),
+		Check: func(r *config.ProxyRoutes) error { return r.CheckRules(config.RulesLookup(d.Rules())) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	registerProxyMetrics(d.MetricsRegisterer(), p, func() bool { return true })
+	p.RegisterMetrics(d.MetricsRegisterer(), func() bool { return true })
 	go func() { // the daemon's rules may change under the routes (file watch, rules URL)
 		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()
@@ -38,7 +39,7 @@ func startBuiltInProxy(ctx context.Context, listen, upstream, routes string, d *
 			}
 			if now := d.Rules(); now != last {
 				last = now
-				p.recheck()
+				p.Recheck()
 			}
 		}
 	}()

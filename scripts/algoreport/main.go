@@ -4,7 +4,7 @@
 // scenario, a chart of the buckets shaping a burst, and, on standard output,
 // a markdown table per scenario.
 //
-//	go run ./scripts/algoreport -out docs/algorithms
+//	go run -C scripts ./algoreport -out ../docs/algorithms
 package main
 
 import (

@@ -2,7 +2,7 @@
 // into docs/BENCHMARKS.md: tables, ratios against the anchors measured in the
 // same run, the goals checked one by one, and SVG charts.
 //
-//	go run ./scripts/benchreport -raw docs/benchmarks/raw -out docs/BENCHMARKS.md
+//	go run -C scripts ./benchreport -raw ../docs/benchmarks/raw -out ../docs/BENCHMARKS.md
 //
 // Every input file is optional: a section whose benchmarks were not run says
 // so and names the command that runs them.

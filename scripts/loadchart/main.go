@@ -2,7 +2,7 @@
 // responses per second by status (200 admitted, 429 throttled) against a
 // limit, for scripts/loadtest.sh.
 //
-//	go run ./scripts/loadchart -in run.csv -limit 200 -out docs/loadtest.svg
+//	go run -C scripts ./loadchart -in run.csv -limit 200 -out ../docs/loadtest.svg
 package main
 
 import (

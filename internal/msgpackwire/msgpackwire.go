@@ -1,10 +1,14 @@
-// Package mp is the msgpack subset Sluice speaks on its wires (arrays,
+// Package msgpackwire is the msgpack subset Sluice speaks on its wires (arrays,
 // integers, booleans, floats, strings and binaries), written out by hand so
 // that messages are encoded and decoded without allocating, and so that every
 // length read from untrusted bytes (a client, a peer) is checked against what
 // remains of the buffer before anything is sized by it. It produces and
 // accepts standard msgpack: any msgpack library can talk to it.
-package mp
+//
+// Both wires use it: package ipc (client ↔ daemon frames) and package gossip
+// (daemon ↔ daemon messages), which import it under the short name mp. It
+// is a codec only: what the messages mean is each wire's own business.
+package msgpackwire
 
 import (
 	"encoding/binary"
@@ -19,6 +23,8 @@ import (
 // message of the protocol.
 var ErrMalformed = errors.New("malformed message")
 
+// AppendArrayHeader appends the header of an array of n elements in its
+// shortest form (fixarray, array 16 or array 32); the elements follow it.
 func AppendArrayHeader(b []byte, n int) []byte {
 	switch {
 	case n <= 15:
@@ -30,6 +36,7 @@ func AppendArrayHeader(b []byte, n int) []byte {
 	}
 }
 
+// AppendUint appends a non-negative integer in its shortest msgpack form.
 func AppendUint(b []byte, v uint64) []byte {
 	switch {
 	case v <= uint64(msgpcode.PosFixedNumHigh):
@@ -45,6 +52,7 @@ func AppendUint(b []byte, v uint64) []byte {
 	}
 }
 
+// AppendBool appends a boolean.
 func AppendBool(b []byte, v bool) []byte {
 	if v {
 		return append(b, msgpcode.True)
@@ -52,6 +60,8 @@ func AppendBool(b []byte, v bool) []byte {
 	return append(b, msgpcode.False)
 }
 
+// AppendStr appends s as a msgpack str in its shortest form (fixstr, str 8,
+// str 16 or str 32). A []byte is written as a str too: Bytes reads either.
 func AppendStr[S string | []byte](b []byte, s S) []byte {
 	n := len(s)
 	switch {
@@ -120,7 +130,7 @@ func (d *Decoder) be(n int) (uint64, error) {
 	return v, nil
 }
 
-// arrayLen reads an array header. The length is checked against the bytes left
+// ArrayLen reads an array header and returns the number of elements. The length is checked against the bytes left
 // (every element takes at least one byte) so a lying header cannot make a
 // caller allocate.
 func (d *Decoder) ArrayLen() (int, error) {
@@ -148,7 +158,7 @@ func (d *Decoder) ArrayLen() (int, error) {
 	return int(n), nil
 }
 
-// uint reads a non-negative integer in any msgpack integer encoding.
+// Uint reads a non-negative integer in any msgpack integer encoding.
 func (d *Decoder) Uint() (uint64, error) {
 	c, err := d.byte()
 	if err != nil {
@@ -181,6 +191,7 @@ func (d *Decoder) Uint() (uint64, error) {
 	return 0, d.fail(fmt.Sprintf("expected integer, got 0x%02x", c))
 }
 
+// Bool reads a boolean.
 func (d *Decoder) Bool() (bool, error) {
 	c, err := d.byte()
 	if err != nil {
@@ -195,7 +206,7 @@ func (d *Decoder) Bool() (bool, error) {
 	return false, d.fail(fmt.Sprintf("expected bool, got 0x%02x", c))
 }
 
-// bytes reads a str or bin value, returning a slice of the frame (no copy).
+// Bytes reads a str or bin value, returning a slice of the frame (no copy).
 func (d *Decoder) Bytes() ([]byte, error) {
 	c, err := d.byte()
 	if err != nil {
@@ -220,6 +231,8 @@ func (d *Decoder) Bytes() ([]byte, error) {
 	return d.take(int(n))
 }
 
+// End reports an ErrMalformed error unless every byte has been read: a
+// message is exactly one value, with nothing after it.
 func (d *Decoder) End() error {
 	if d.off != len(d.buf) {
 		return d.fail("trailing bytes")

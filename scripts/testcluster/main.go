@@ -1,15 +1,18 @@
 // Command testcluster starts an N-node Sluice cluster on loopback (in this
 // process, or as real sluiced processes with --procs), drives a skewed load
 // against one hot key for a bounded time, prints a live per-second table, and
-// writes the run as CSV and SVG charts to a folder:
+// writes the run as CSV and SVG charts to a folder. It lives in the scripts
+// module with the other report tools, so its plotting libraries stay out of
+// the sluice module; from the repository's root (paths are then relative to
+// scripts/):
 //
-//	go run ./cmd/testcluster -n 5 --gossip-interval 50ms --rate 100/s --skew 70,20,10 --duration 20s --out out/run1
+//	go run -C scripts ./testcluster -n 5 --gossip-interval 50ms --rate 100/s --skew 70,20,10 --duration 20s --out ../out/run1
 //
 // The soak subcommand runs a cluster for a bounded time (10 minutes by
 // default) under load, rule reloads and node churn, and charts the process's
 // memory and goroutines (see scripts/soak.sh and docs/soak/):
 //
-//	go run ./cmd/testcluster soak --duration 1m --out out/soak
+//	go run -C scripts ./testcluster soak --duration 1m --out ../out/soak
 package main
 
 import (
@@ -170,10 +173,16 @@ func buildSluiced(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluiced")
+	// The sluice module's directory, wherever this command was started in
+	// the scripts module (its go.mod replaces the module with ../).
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicelabs/sluice").Output()
+	if err != nil {
+		return "", fmt.Errorf("build sluiced: find the sluice module (run inside the repository, or pass --sluiced): %w", err)
+	}
+	cmd := exec.Command("go", "build", "-C", strings.TrimSpace(string(out)), "-o", bin, "./cmd/sluiced")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build sluiced (run from the repository root, or pass --sluiced): %w", err)
+		return "", fmt.Errorf("build sluiced (run inside the repository, or pass --sluiced): %w", err)
 	}
 	return bin, nil
 }

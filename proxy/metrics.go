@@ -1,4 +1,4 @@
-package main
+package proxy
 
 import (
 	"context"
@@ -21,10 +21,11 @@ var undecidedCauses = []clientlib.Cause{
 	clientlib.CauseClosed, clientlib.CauseCanceled, clientlib.CauseInternal,
 }
 
-// registerProxyMetrics adds a proxy's series to reg. They read counters the
-// proxy keeps anyway; nothing is looked up per request.
-func registerProxyMetrics(reg prometheus.Registerer, p *proxyServer, up func() bool) {
-	ev := p.cfg.events
+// RegisterMetrics adds the proxy's series to reg; up says whether the proxy
+// has its daemon. They read counters the proxy keeps anyway; nothing is
+// looked up per request.
+func (p *Server) RegisterMetrics(reg prometheus.Registerer, up func() bool) {
+	ev := p.cfg.Events
 	for _, c := range undecidedCauses {
 		labels := prometheus.Labels{"cause": c.String()}
 		reg.MustRegister(
@@ -58,8 +59,8 @@ func registerProxyMetrics(reg prometheus.Registerer, p *proxyServer, up func() b
 	)
 }
 
-// serveMetrics serves reg's /metrics on addr until the returned function is called.
-func serveMetrics(addr string, reg *prometheus.Registry, log hclog.Logger) (stop func(), err error) {
+// ServeMetrics serves reg's /metrics on addr until the returned function is called.
+func ServeMetrics(addr string, reg *prometheus.Registry, log hclog.Logger) (stop func(), err error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("proxy metrics listen: %w", err)
