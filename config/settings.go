@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice/bucket"
-	"github.com/sluicelabs/sluice/ipc"
+	"github.com/sluicelabs/sluice/internal/localsocket"
 )
 
 // Settings configures a daemon. DefaultSettings gives every field a working
 // value, so a daemon started with no flags and no files runs.
 type Settings struct {
-	// SocketPath is the Unix socket the daemon serves. Default: ipc.DefaultSocketPath().
+	// SocketPath is the Unix socket the daemon serves. Default: localsocket.DefaultPath().
 	SocketPath string
 	// SocketMode is the socket file's permission bits. Default 0660: the
 	// daemon's user and group may connect, nobody else.
@@ -144,7 +144,7 @@ func DefaultSettings() Settings {
 	// Unique even for several daemons on one host (tests, testcluster).
 	host += "-" + strconv.FormatUint(rand.Uint64()&0xffff, 16)
 	return Settings{
-		SocketPath:        ipc.DefaultSocketPath(),
+		SocketPath:        localsocket.DefaultPath(),
 		SocketMode:        DefaultSocketMode,
 		RulesPollInterval: DefaultRulesPollInterval,
 		NodeName:          host,
@@ -168,8 +168,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: socket path is empty")
 	case s.SocketMode&^0o777 != 0:
 		return fmt.Errorf("settings: socket mode %o has bits beyond 0777", s.SocketMode)
-	case (len(s.AllowUIDs) > 0 || len(s.AllowGIDs) > 0) && !ipc.PeerCredSupported:
-		return fmt.Errorf("settings: allowed uids and gids: %w", ipc.ErrPeerCredUnsupported)
+	case (len(s.AllowUIDs) > 0 || len(s.AllowGIDs) > 0) && !localsocket.PeerCredSupported:
+		return fmt.Errorf("settings: allowed uids and gids: %w", localsocket.ErrPeerCredUnsupported)
 	case slices.Contains(s.AllowUIDs, noID):
 		return fmt.Errorf("settings: allowed uid %d is not a user id (it means \"none\")", noID)
 	case slices.Contains(s.AllowGIDs, noID):

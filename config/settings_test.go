@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicelabs/sluice/ipc"
+	"github.com/sluicelabs/sluice/internal/localsocket"
 )
 
 func TestDefaultSettingsAreValid(t *testing.T) {
@@ -51,10 +51,10 @@ func TestValidateAllowListNeedsPeerCredentials(t *testing.T) {
 	s := DefaultSettings()
 	s.AllowUIDs = []uint32{1000}
 	err := s.Validate()
-	if ipc.PeerCredSupported != (err == nil) {
-		t.Fatalf("PeerCredSupported %v, Validate: %v", ipc.PeerCredSupported, err)
+	if localsocket.PeerCredSupported != (err == nil) {
+		t.Fatalf("PeerCredSupported %v, Validate: %v", localsocket.PeerCredSupported, err)
 	}
-	if err != nil && !errors.Is(err, ipc.ErrPeerCredUnsupported) {
+	if err != nil && !errors.Is(err, localsocket.ErrPeerCredUnsupported) {
 		t.Fatalf("error %v does not wrap ErrPeerCredUnsupported", err)
 	}
 }

@@ -1,17 +1,22 @@
 package ipc
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"slices"
 	"time"
+
+	"github.com/sluicelabs/sluice/internal/localsocket"
 )
 
 // ErrPeerCredUnsupported is returned by Serve when AllowUIDs or AllowGIDs is
 // set on a system where the server cannot read a peer's credentials.
-var ErrPeerCredUnsupported = errors.New("peer credential checks need Linux")
+var ErrPeerCredUnsupported = localsocket.ErrPeerCredUnsupported
+
+// PeerCredSupported reports whether ServerConfig.AllowUIDs and AllowGIDs can
+// be enforced on this system.
+const PeerCredSupported = localsocket.PeerCredSupported
 
 // peerCred is what the kernel recorded about the process at the other end of
 // a Unix socket when it connected.

@@ -9,10 +9,6 @@ import (
 	"syscall"
 )
 
-// PeerCredSupported reports whether ServerConfig.AllowUIDs and AllowGIDs can
-// be enforced on this system.
-const PeerCredSupported = true
-
 // readPeerCred reads SO_PEERCRED on c's own descriptor (no duplication).
 func readPeerCred(c net.Conn) (peerCred, error) {
 	sc, ok := c.(syscall.Conn)

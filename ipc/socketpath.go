@@ -1,10 +1,6 @@
 package ipc
 
-import (
-	"os"
-	"path/filepath"
-	"strconv"
-)
+import "github.com/sluicelabs/sluice/internal/localsocket"
 
 // DefaultSocketPath is where the daemon listens and clients connect when not
 // told otherwise: $SLUICE_SOCKET if set; else $XDG_RUNTIME_DIR/sluice/sluiced.sock
@@ -14,18 +10,4 @@ import (
 // under a shared, sticky $TMPDIR) and refuses one another user owns or may
 // write to, so a user who made $TMPDIR/sluice-UID first cannot stand in for
 // the daemon: the daemon then exits with ErrUnsafeSocketDir naming the path.
-func DefaultSocketPath() string {
-	if p := os.Getenv("SLUICE_SOCKET"); p != "" {
-		return p
-	}
-	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return filepath.Join(dir, "sluice", "sluiced.sock")
-		}
-	}
-	uid := os.Getuid()
-	if uid == 0 {
-		return "/run/sluice/sluiced.sock"
-	}
-	return filepath.Join(os.TempDir(), "sluice-"+strconv.Itoa(uid), "sluiced.sock")
-}
+func DefaultSocketPath() string { return localsocket.DefaultPath() }

@@ -12,7 +12,7 @@
 #   BenchmarkHotKeyThroughput  new keys per second kept in sync.
 # Writes docs/benchmarks/raw/cluster.txt (which scripts/bench.sh turns into
 # docs/BENCHMARKS.md) and, in a full run, regenerates the
-# README's chart data (docs/testcluster/) with scripts/testcluster.
+# README's chart data (docs/testcluster/) with cmd/testcluster (its own module).
 # A full run takes about 10 minutes; -short (20 probes per case, 5 s and 3 s
 # loads, fewer cases; the charts are left alone) under 2.
 #
@@ -41,6 +41,6 @@ bench() {
   bench 'BenchmarkAccuracy|BenchmarkGossipCost|BenchmarkHotKeyThroughput' 1x
 } | tee "$out"
 if [ "$mode" = full ]; then
-  go run -C scripts ./testcluster -n 5 --gossip-interval 20ms --rate 100/1s --skew 70,20,10 --duration 20s --out "$(pwd)/docs/testcluster"
+  go run -C cmd/testcluster . -n 5 --gossip-interval 20ms --rate 100/1s --skew 70,20,10 --duration 20s --out "$(pwd)/docs/testcluster"
 fi
 echo "# took $(( $(date +%s) - began )) s" | tee -a "$out"

@@ -22,5 +22,5 @@ done
 mkdir -p "$out"
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-go build -C scripts -o "$bin/testcluster" ./testcluster
+go build -C cmd/testcluster -o "$bin/testcluster" .
 "$bin/testcluster" soak --out "$out" "$@" 2>&1 | tee "$out/soak.log"

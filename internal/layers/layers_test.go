@@ -25,10 +25,11 @@ var allowed = map[string][]string{
 	"internal/backoff":     {},
 	"internal/routecheck":  {},
 	"internal/msgpackwire": {"github.com/vmihailenco/msgpack/v5/msgpcode"},
+	"internal/localsocket": {},
 	"daemon/adminapi":      {},
 	// The wire protocol and the settings.
-	"ipc":    {"internal/msgpackwire", "internal/backoff"},
-	"config": {"bucket", "ipc", "internal/routecheck", "gopkg.in/yaml.v3"},
+	"ipc":    {"internal/msgpackwire", "internal/backoff", "internal/localsocket"},
+	"config": {"bucket", "internal/localsocket", "internal/routecheck", "gopkg.in/yaml.v3"},
 	// What services embed: the standard library and msgpack only (see
 	// TestClientlibCarriesOnlyStdAndMsgpack).
 	"clientlib":           {"ipc", "internal/backoff"},

@@ -1,18 +1,18 @@
 // Command testcluster starts an N-node Sluice cluster on loopback (in this
 // process, or as real sluiced processes with --procs), drives a skewed load
 // against one hot key for a bounded time, prints a live per-second table, and
-// writes the run as CSV and SVG charts to a folder. It lives in the scripts
-// module with the other report tools, so its plotting libraries stay out of
-// the sluice module; from the repository's root (paths are then relative to
-// scripts/):
+// writes the run as CSV and SVG charts to a folder. It is a module of its
+// own (cmd/testcluster/go.mod, using the sluice module in this checkout), so
+// its plotting libraries stay out of the sluice module; from the
+// repository's root (paths are then relative to cmd/testcluster/):
 //
-//	go run -C scripts ./testcluster -n 5 --gossip-interval 50ms --rate 100/s --skew 70,20,10 --duration 20s --out ../out/run1
+//	go run -C cmd/testcluster . -n 5 --gossip-interval 50ms --rate 100/s --skew 70,20,10 --duration 20s --out ../../out/run1
 //
 // The soak subcommand runs a cluster for a bounded time (10 minutes by
 // default) under load, rule reloads and node churn, and charts the process's
 // memory and goroutines (see scripts/soak.sh and docs/soak/):
 //
-//	go run -C scripts ./testcluster soak --duration 1m --out ../out/soak
+//	go run -C cmd/testcluster . soak --duration 1m --out ../../out/soak
 package main
 
 import (

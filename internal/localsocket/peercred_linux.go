@@ -1,0 +1,5 @@
+package localsocket
+
+// PeerCredSupported reports whether this platform can read the credentials
+// of a Unix socket's peer (SO_PEERCRED).
+const PeerCredSupported = true
