@@ -49,7 +49,7 @@ type transport struct {
 	label     string
 	encrypted bool // memberlist accepts encrypted messages only
 	guard     *streamGuard
-	stats     TransportStats
+	stats     *TransportStats // the syncer's, so they outlive a failed start
 	drops     *dropLog
 
 	// screening are the streams whose header is being read: Shutdown
@@ -74,8 +74,12 @@ const (
 )
 
 // newTransport binds UDP and TCP on addr:port (port 0: a free port, the same
-// for both) and starts reading.
-func newTransport(addr string, port int, logger *log.Logger) (*transport, error) {
+// for both) and starts reading. It counts what it refuses in stats (nil: its
+// own).
+func newTransport(addr string, port int, logger *log.Logger, stats *TransportStats) (*transport, error) {
+	if stats == nil {
+		stats = new(TransportStats)
+	}
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
 		ia, rerr := net.ResolveIPAddr("ip", addr) // a host name
@@ -93,6 +97,7 @@ func newTransport(addr string, port int, logger *log.Logger) (*transport, error)
 		ready:   make(chan struct{}),
 		stop:    make(chan struct{}),
 		drops:   newDropLog(logger),
+		stats:   stats,
 
 		screening: map[net.Conn]struct{}{},
 	}
@@ -152,7 +157,7 @@ func (t *transport) open() { t.readyOnce.Do(func() { close(t.ready) }) }
 // open, with memberlist's final configuration.
 func (t *transport) configure(label string, encryption, verifyIncoming bool) {
 	t.label, t.encrypted = label, encryption && verifyIncoming
-	t.guard = &streamGuard{label: label, encryption: encryption, encrypted: t.encrypted, stats: &t.stats, log: t.drops,
+	t.guard = &streamGuard{label: label, encryption: encryption, encrypted: t.encrypted, stats: t.stats, log: t.drops,
 		budget: streamBudget, timeout: streamTimeout}
 }
 
