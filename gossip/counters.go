@@ -8,6 +8,11 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
+// The sending side of the counter protocol: this node's consumption and
+// what it relays wait, coalesced, in the pending queue, and go out every
+// GossipInterval (see wire.go for the format, apply.go for the receiving
+// side).
+
 // Pause holds sending: consumption accumulates and goes out, coalesced, once
 // resumed. Membership and receiving carry on. Tests use it to make "all of
 // this load lands before any gossip" deterministic.

@@ -1,6 +1,9 @@
 package gossip
 
-// delegate adapts the syncer to memberlist.Delegate.
+// delegate adapts the syncer to memberlist.Delegate. memberlist calls
+// NotifyMsg from its one packet-handler goroutine (it must not block),
+// LocalState and MergeRemoteState from push-pull streams, concurrently.
+// Sluice sends its own packets (counters.go), so GetBroadcasts has none.
 type delegate Syncer
 
 func (d *delegate) NodeMeta(limit int) []byte {

@@ -7,6 +7,8 @@ import (
 	"slices"
 )
 
+// Rotating the gossip keys while gossip runs.
+
 // ErrNoKeyring is returned by SetKeys when the syncer was not started with a
 // keyring (plain-text gossip, or a single SecretKey, cannot rotate).
 var ErrNoKeyring = errors.New("gossip: not started with a keyring")

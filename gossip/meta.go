@@ -54,10 +54,13 @@ func decodeMeta(b []byte) (Meta, error) {
 		return m, err
 	}
 	m = Meta{RulesHash: h}
-	if strings.Contains(v, "+") && strings.HasSuffix(v, "."+metaLeaving) {
-		v, m.Leaving = strings.TrimSuffix(v, "."+metaLeaving), true
-	}
 	m.Version, m.Encrypted, m.Labelled, m.SecurityKnown = splitSecurity(v)
+	if base, ok := strings.CutSuffix(v, "."+metaLeaving); ok && !m.SecurityKnown {
+		// "leaving" counts only after the security identifiers.
+		if ver, enc, lab, known := splitSecurity(base); known {
+			m.Version, m.Encrypted, m.Labelled, m.SecurityKnown, m.Leaving = ver, enc, lab, true, true
+		}
+	}
 	return m, d.End()
 }
 

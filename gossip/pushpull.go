@@ -6,9 +6,16 @@ import (
 	"time"
 )
 
+// Push-pull: memberlist's periodic full-state exchange over TCP. This
+// node's state is its balances and what it has charged of others'
+// counters (localState); a peer's is merged in mergeState.
+
 // stateBudget bounds a push-pull state (memberlist allows 20 MiB).
 const stateBudget = 8 << 20
 
+// localState is this node's push-pull state: the ledger's balances (half
+// of stateBudget at most) and, for those keys, the counters heard from
+// others (the other half).
 func (s *Syncer) localState() []byte {
 	var entries []stateEntry
 	size := 0

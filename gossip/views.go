@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// What operators see of the syncer: its members and what each origin has
+// reported of a key. None of it is on the request path.
+
 // Member is one node as this node sees it.
 type Member struct {
 	Name string
