@@ -283,3 +283,35 @@ func freeGossipPort(t *testing.T) int {
 	t.Fatal("no free port")
 	return 0
 }
+
+// A stream memberlist is still reading when the syncer shuts down is
+// closed, so memberlist's goroutine reading it ends at once rather than at
+// the stream's deadline (10 s).
+func TestShutdownClosesStreamsMemberlistIsReading(t *testing.T) {
+	verifyNoLeaks(t)
+	s, err := New(Config{NodeName: "a", BindAddr: "127.0.0.1"}, newMemLedger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStart(t, s)
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A labelled user message declaring 100 bytes, of which 3 are sent.
+	msg := fuzzLabelled(append([]byte{mlUser, 0x81, 0xaa}, "UserMsgLen"...))
+	msg = append(msg, 100, 0x94, 1, 2)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "memberlist has the stream", func() bool { return s.Transport().StreamsAccepted.Load() == 1 })
+	start := time.Now()
+	if err := s.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || time.Since(start) > 4*time.Second {
+		t.Errorf("the stream was not closed at Shutdown (read: %v after %s)", err, time.Since(start))
+	}
+}

@@ -52,10 +52,13 @@ type transport struct {
 	stats     *TransportStats // the syncer's, so they outlive a failed start
 	drops     *dropLog
 
-	// screening are the streams whose header is being read: Shutdown
-	// closes them rather than wait out their deadline.
+	// screening are the streams whose header is being read, handed those
+	// passed to memberlist and not yet closed: Shutdown closes both rather
+	// than let them (and memberlist's goroutines reading them) wait out
+	// their deadline.
 	screenMu  sync.Mutex
 	screening map[net.Conn]struct{}
+	handed    map[net.Conn]struct{}
 
 	closing atomic.Bool
 	stop    chan struct{}
@@ -100,6 +103,7 @@ func newTransport(addr string, port int, logger *log.Logger, stats *TransportSta
 		stats:   stats,
 
 		screening: map[net.Conn]struct{}{},
+		handed:    map[net.Conn]struct{}{},
 	}
 	t.configure(DefaultLabel, false, true)
 	// With port 0 the kernel picks a TCP port that may be taken for UDP:
@@ -230,8 +234,8 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 
 func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
 
-// Shutdown closes both listeners and waits for the readers to end. It is
-// safe to call more than once.
+// Shutdown closes both listeners and every inbound stream still open, and
+// waits for the readers to end. It is safe to call more than once.
 func (t *transport) Shutdown() error {
 	t.once.Do(func() {
 		t.closing.Store(true)
@@ -240,6 +244,9 @@ func (t *transport) Shutdown() error {
 		t.udp.Close()
 		t.screenMu.Lock()
 		for c := range t.screening {
+			c.Close()
+		}
+		for c := range t.handed {
 			c.Close()
 		}
 		t.screenMu.Unlock()
@@ -336,6 +343,18 @@ func (t *transport) screenStream(conn *net.TCPConn) {
 	gc, declared, err := t.guard.screen(conn)
 	t.screenMu.Lock()
 	delete(t.screening, conn)
+	if err == nil {
+		if g, ok := gc.(*guardedConn); ok {
+			t.handed[conn] = struct{}{}
+			release := g.done
+			g.done = func() {
+				release()
+				t.screenMu.Lock()
+				delete(t.handed, conn)
+				t.screenMu.Unlock()
+			}
+		}
+	}
 	t.screenMu.Unlock()
 	if err != nil {
 		conn.Close()
