@@ -102,11 +102,11 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		e.failed[n.Name] = failedMember{addr: n.Address(), since: time.Now(), left: left}
 	}
 	e.mu.Unlock()
+	how := "dead"
 	if left {
-		e.log.Info("member left", "name", n.Name)
-	} else {
-		e.log.Info("member died", "name", n.Name)
+		how = "left"
 	}
+	e.log.Info("member left or died", "name", n.Name, "as", how)
 }
 
 func (e *events) NotifyUpdate(n *memberlist.Node) {
