@@ -36,9 +36,10 @@ type Syncer struct {
 	// members counts the nodes memberlist has reported joining and not yet
 	// leaving, maintained by the event delegate: receive may run before
 	// memberlist.Create has returned, so it must not touch s.ml.
-	// (members and failed also make the census: census.go.)
 	members atomic.Int64
-	failed  map[string]failedMember // members that went away, to try to rejoin; under mu
+	// failed are the members that went away, to try to rejoin and to count
+	// dead or left in the census (census.go); under mu.
+	failed map[string]failedMember
 	// peers are copies of the live members' nodes, kept by the event
 	// delegate. memberlist.Members returns pointers into its own state,
 	// which it rewrites in place when a node comes back: reading them later
