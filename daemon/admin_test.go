@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/config"
@@ -68,7 +69,7 @@ func TestAdminEndpoints(t *testing.T) {
 	d.Reload()
 
 	w := get(t, h, "/metrics")
-	var parser expfmt.TextParser
+	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(w.Body.String()))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v\n%s", err, w.Body.String())
@@ -204,7 +205,7 @@ func TestOvershootClientReportsAndLatencyMetrics(t *testing.T) {
 		decide(t, d, checks("user", "u"))
 	}
 
-	var parser expfmt.TextParser
+	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(get(t, d.AdminHandler(), "/metrics").Body.String()))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,7 +220,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("sluiced serving", "socket", d.settings.SocketPath, "node", d.settings.NodeName,
 		"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash)
 	if d.syncer != nil {
-		d.syncer.Start()
+		if err := d.syncer.Start(); err != nil {
+			for _, ep := range eps {
+				ep.l.Close()
+			}
+			l.Close()
+			os.Remove(d.settings.SocketPath)
+			return err
+		}
 		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join,
 			"encrypted", d.settings.Cluster.Encrypted())
 		defer d.startInsecureWarnings(ctx)()
@@ -264,7 +272,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.syncer != nil {
 		d.syncer.Flush() // peers learn what was admitted last
-		if lerr := d.syncer.Leave(leaveTimeout); lerr != nil {
+		if lerr := d.syncer.LeaveAndShutdown(leaveTimeout); lerr != nil {
 			d.log.Warn("leaving the cluster", "error", lerr)
 		}
 	}

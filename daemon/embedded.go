@@ -38,7 +38,10 @@ func Embed(cfg Config) (*Embedded, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Embedded{d: d, cancel: cancel, done: make(chan struct{})}
 	if d.syncer != nil {
-		d.syncer.Start()
+		if err := d.syncer.Start(); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	go func() { defer close(e.done); d.sweepLoop(ctx) }()
 	return e, nil
@@ -68,7 +71,7 @@ func (e *Embedded) Close() error {
 		<-e.done
 		if s := e.d.syncer; s != nil {
 			s.Flush()
-			err = s.Leave(leaveTimeout)
+			err = s.LeaveAndShutdown(leaveTimeout)
 		}
 	})
 	return err

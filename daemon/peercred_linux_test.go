@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/config"
@@ -51,7 +52,7 @@ func TestDaemonPeerAllowList(t *testing.T) {
 				}
 			}
 
-			var parser expfmt.TextParser
+			parser := expfmt.NewTextParser(model.UTF8Validation)
 			families, err := parser.TextToMetricFamilies(strings.NewReader(get(t, d.AdminHandler(), "/metrics").Body.String()))
 			if err != nil {
 				t.Fatal(err)

@@ -89,6 +89,11 @@ type Meta struct {
 	// when SecurityKnown (nodes before this version do not say). A Syncer
 	// fills them in from its own Config; what callers set is ignored.
 	Encrypted, Labelled, SecurityKnown bool
+	// Leaving is said by a member that is leaving (Syncer.Leave), so that
+	// its peers count it left, not dead, once it has gone: memberlist knows
+	// which, but does not tell (see census.go). A Syncer sets it; what
+	// callers set is ignored.
+	Leaving bool
 }
 
 // Defaults for Config's zero fields.

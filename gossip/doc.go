@@ -53,6 +53,31 @@
 // member that missed one while it is alive, and to one that (re)joins (see
 // resetwire.go).
 //
+// # Life of a Syncer
+//
+// As serf's agent: New validates the configuration and binds nothing, starts
+// no goroutine and talks to no one; Start binds the gossip port (UDP and TCP),
+// creates memberlist on it and starts the syncer's loops and, with peers
+// given, joining; Leave tells the cluster this node is going (it first says
+// so in its metadata, so peers count it left rather than dead); Shutdown
+// stops everything Start began, is idempotent and is safe before Start or
+// after a Start that failed. A syncer runs once: make a new one to run again.
+// The package installs nothing process-wide: each syncer's member census
+// (MemberStates) is its own, counted from memberlist's member list and
+// events.
+//
+// # Where things are
+//
+// lifecycle.go (New, Start, Leave, Shutdown, joining), members.go (membership
+// bookkeeping: the event delegate, reconnecting), census.go (members by
+// state), keyring.go (key rotation), counters.go (sending counters: the
+// pending queue and rounds), apply.go, seen.go, allowance.go, stamp.go and
+// suspect.go (receiving them), pushpull.go (the push-pull state and its
+// merge), reset.go and resetwire.go (resets), views.go (what operators see),
+// meta.go and metasecurity.go (node metadata), delegate.go (memberlist's
+// Delegate), wire.go (the counters format), transport.go, streamguard.go and
+// packetguard.go (the network, screened).
+//
 // The package never decides a request and never blocks one: it talks to the
 // daemon's buckets only through the Ledger interface.
 package gossip

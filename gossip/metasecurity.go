@@ -15,6 +15,10 @@ const (
 	metaPlain       = "plain"
 	metaLabelled    = "label"
 	metaNotLabelled = "nolabel"
+	// metaLeaving follows them on a member that is leaving:
+	// "0.1.0+enc.label.leaving". Older nodes then show the version string
+	// whole, for the moments before the member is gone.
+	metaLeaving = "leaving"
 )
 
 // ownMeta is m with this syncer's gossip security filled in.
@@ -22,6 +26,7 @@ func (s *Syncer) ownMeta(m Meta) Meta {
 	m.Encrypted = len(s.cfg.SecretKey) > 0 || s.cfg.Keyring != nil
 	m.Labelled = s.cfg.Label != ""
 	m.SecurityKnown = true
+	m.Leaving = false
 	return m
 }
 

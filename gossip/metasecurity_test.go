@@ -43,6 +43,10 @@ func TestMetaSecurityIsBackwardCompatible(t *testing.T) {
 			"0.1.0", Meta{Version: "0.1.0", RulesHash: "h"}},
 		{"an older node's own build metadata", Meta{Version: "0.1.0+enc"},
 			"0.1.0+enc", Meta{Version: "0.1.0+enc"}},
+		{"leaving", Meta{Version: "0.1.0", RulesHash: "h", Encrypted: true, Labelled: true, SecurityKnown: true, Leaving: true},
+			"0.1.0+enc.label.leaving", Meta{Version: "0.1.0", RulesHash: "h", Encrypted: true, Labelled: true, SecurityKnown: true, Leaving: true}},
+		{"an older node's build metadata ending in leaving", Meta{Version: "0.1.0+x.leaving"},
+			"0.1.0+x.leaving", Meta{Version: "0.1.0+x.leaving"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := encodeMeta(tt.m)

@@ -56,7 +56,9 @@ func TestReplayedCapturedPacketChargesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.now = clk.now // before Start: nothing reads it concurrently yet
-		s.Start()
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
 		t.Cleanup(func() { s.Shutdown() })
 		return s
 	}
@@ -153,7 +155,9 @@ func TestOlderMembersGetUnstampedPackets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Start()
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { a.Shutdown() })
 	lo, ln := newMemLedger(), newMemLedger()
 	old, err := New(Config{NodeName: "old", BindAddr: "127.0.0.1", GossipInterval: 5 * time.Millisecond, Label: "test",
@@ -161,7 +165,9 @@ func TestOlderMembersGetUnstampedPackets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old.Start()
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { old.Shutdown() })
 	nw := newTestSyncer(t, "new", nil, ln)
 	for _, s := range []*Syncer{old, nw} {

@@ -115,7 +115,7 @@ func (s *Syncer) Reset(limits []string, key string) (ResetResult, error) {
 		sem <- struct{}{}
 		go func(n *memberlist.Node) {
 			defer func() { <-sem; wg.Done() }()
-			err := s.ml.SendReliable(n, msg)
+			err := s.list().SendReliable(n, msg)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -287,7 +287,7 @@ func (s *Syncer) resendLoop() {
 				for ; i < len(entries) && size < resendBudget; i++ {
 					size += 32 + len(entries[i].limit) + len(entries[i].key)
 				}
-				if err := s.ml.SendReliable(&n, encodeResets(s.self, entries[:i], true)); err != nil {
+				if err := s.list().SendReliable(&n, encodeResets(s.self, entries[:i], true)); err != nil {
 					s.log.Debug("could not tell a member of the resets", "member", n.Name, "error", err)
 					s.oweResets(n)
 					break

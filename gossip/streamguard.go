@@ -16,9 +16,12 @@ import (
 )
 
 // The stream guard stands between the TCP listener and memberlist. memberlist
-// trusts what a stream declares: a plain user message's header says how many
-// bytes to make([]byte, n) (a 30-byte stream declaring 2^62 killed the
-// daemon), a plain push-pull says how many node states to allocate and how
+// trusts what a stream declares, within caps too loose to bound memory
+// (v0.7.0 allows 1M node states, about 110 bytes each once allocated, and
+// 20 MiB of user state per push-pull, 20 MiB per user message; v0.5.4 had
+// none): a plain user message's header says how many bytes to make([]byte,
+// n) (a 30-byte stream declaring 2^62 killed the daemon on v0.5.4), a plain
+// push-pull says how many node states to allocate and how
 // long its user state is, and an encrypted frame says how many bytes to
 // buffer (up to 20 MiB each) before the key is checked. So before memberlist
 // sees a stream the guard reads its first bytes (at most streamPeekSize),
@@ -476,10 +479,16 @@ type guardNodeState struct {
 
 // checkNodeStates reads a plain push-pull's node states from src (the
 // stream from its first byte, limited to what it declared) and refuses the
-// stream if one carries a protocol version list memberlist would index out
-// of range (memberlist v0.5.4's verifyProtocol reads Vsn[0..5] of any
-// non-empty list: a one-byte list panics the daemon). It returns the reader
-// memberlist reads the stream from: the bytes checked, then the rest.
+// stream if one carries a protocol version list shorter than memberlist
+// writes (6 bytes). memberlist v0.5.4's verifyProtocol read Vsn[0..5] of any
+// non-empty list, so a one-byte list panicked the daemon; v0.7.0 skips short
+// lists and refuses the push-pull as incompatible, which also covers what
+// this check cannot see: encrypted push-pulls (checked only once memberlist
+// has decrypted them) and replies to push-pulls this node opened (read by
+// memberlist without the guard). The check stays as a second wall: Sluice
+// never sends such a list, and refusing it here costs memberlist no decoding.
+// It returns the reader memberlist reads the stream from: the bytes
+// checked, then the rest.
 func checkNodeStates(src io.Reader, plan pushPullPlan) (io.Reader, error) {
 	head := make([]byte, plan.at)
 	if _, err := io.ReadFull(src, head); err != nil {

@@ -162,8 +162,8 @@ func TestStreamGuardPassesMemberlistsOwnStreams(t *testing.T) {
 			if _, err := b.Join([]string{a.Addr()}); err != nil {
 				t.Fatal(err)
 			}
-			bNode := b.ml.LocalNode()
-			if err := a.ml.SendReliable(bNode, []byte{0xc0}); err != nil {
+			bNode := b.list().LocalNode()
+			if err := a.list().SendReliable(bNode, []byte{0xc0}); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "both streams are accepted", func() bool {

@@ -105,7 +105,9 @@ func newTestSyncer(t *testing.T, name string, key []byte, l Ledger) *Syncer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Start()
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { s.Shutdown() })
 	return s
 }
@@ -142,10 +144,10 @@ func TestNodeWithoutTheKeyCanNeitherJoinNorInject(t *testing.T) {
 
 	// The intruder sends a counters packet straight to a; then b, which has
 	// the key, sends one. Once b's is charged, the intruder's must not be.
-	aNode := &memberlist.Node{Name: "a", Addr: a.ml.LocalNode().Addr, Port: a.ml.LocalNode().Port}
+	aNode := &memberlist.Node{Name: "a", Addr: a.list().LocalNode().Addr, Port: a.list().LocalNode().Port}
 	w := newPacketWriter("x", 1300)
 	w.add("x", Counter{Rule: "r", Key: "victim", Epoch: 1, Used: 1_000_000})
-	if err := intruder.ml.SendBestEffort(aNode, first(w.packets())); err != nil {
+	if err := intruder.list().SendBestEffort(aNode, first(w.packets())); err != nil {
 		t.Fatal(err)
 	}
 	lb.add(Counter{Rule: "r", Key: "honest", Epoch: 1, Used: 2})

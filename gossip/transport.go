@@ -51,13 +51,16 @@ type transport struct {
 	label     string
 	encrypted bool // memberlist accepts encrypted messages only
 	guard     *streamGuard
-	stats     TransportStats
+	stats     *TransportStats // the syncer's, so they outlive a failed start
 	drops     *dropLog
 
-	// screening are the streams whose header is being read: Shutdown
-	// closes them rather than wait out their deadline.
+	// screening are the streams whose header is being read, handed those
+	// passed to memberlist and not yet closed: Shutdown closes both rather
+	// than let them (and memberlist's goroutines reading them) wait out
+	// their deadline.
 	screenMu  sync.Mutex
 	screening map[net.Conn]struct{}
+	handed    map[net.Conn]struct{}
 
 	closing atomic.Bool
 	stop    chan struct{}
@@ -76,8 +79,12 @@ const (
 )
 
 // newTransport binds UDP and TCP on addr:port (port 0: a free port, the same
-// for both) and starts reading.
-func newTransport(addr string, port int, logger *log.Logger) (*transport, error) {
+// for both) and starts reading. It counts what it refuses in stats (nil: its
+// own).
+func newTransport(addr string, port int, logger *log.Logger, stats *TransportStats) (*transport, error) {
+	if stats == nil {
+		stats = new(TransportStats)
+	}
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
 		ia, rerr := net.ResolveIPAddr("ip", addr) // a host name
@@ -95,8 +102,10 @@ func newTransport(addr string, port int, logger *log.Logger) (*transport, error)
 		ready:   make(chan struct{}),
 		stop:    make(chan struct{}),
 		drops:   newDropLog(logger),
+		stats:   stats,
 
 		screening: map[net.Conn]struct{}{},
+		handed:    map[net.Conn]struct{}{},
 	}
 	t.configure(DefaultLabel, false, true)
 	// With port 0 the kernel picks a TCP port that may be taken for UDP:
@@ -154,7 +163,7 @@ func (t *transport) open() { t.readyOnce.Do(func() { close(t.ready) }) }
 // open, with memberlist's final configuration.
 func (t *transport) configure(label string, encryption, verifyIncoming bool) {
 	t.label, t.encrypted = label, encryption && verifyIncoming
-	t.guard = &streamGuard{label: label, encryption: encryption, encrypted: t.encrypted, stats: &t.stats, log: t.drops,
+	t.guard = &streamGuard{label: label, encryption: encryption, encrypted: t.encrypted, stats: t.stats, log: t.drops,
 		budget: streamBudget, timeout: streamTimeout}
 }
 
@@ -227,8 +236,8 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 
 func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
 
-// Shutdown closes both listeners and waits for the readers to end. It is
-// safe to call more than once.
+// Shutdown closes both listeners and every inbound stream still open, and
+// waits for the readers to end. It is safe to call more than once.
 func (t *transport) Shutdown() error {
 	t.once.Do(func() {
 		t.closing.Store(true)
@@ -237,6 +246,9 @@ func (t *transport) Shutdown() error {
 		t.udp.Close()
 		t.screenMu.Lock()
 		for c := range t.screening {
+			c.Close()
+		}
+		for c := range t.handed {
 			c.Close()
 		}
 		t.screenMu.Unlock()
@@ -334,6 +346,18 @@ func (t *transport) screenStream(conn *net.TCPConn) {
 	gc, declared, err := t.guard.screen(conn)
 	t.screenMu.Lock()
 	delete(t.screening, conn)
+	if err == nil {
+		if g, ok := gc.(*guardedConn); ok {
+			t.handed[conn] = struct{}{}
+			release := g.done
+			g.done = func() {
+				release()
+				t.screenMu.Lock()
+				delete(t.handed, conn)
+				t.screenMu.Unlock()
+			}
+		}
+	}
 	t.screenMu.Unlock()
 	if err != nil {
 		conn.Close()

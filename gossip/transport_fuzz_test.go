@@ -72,7 +72,9 @@ func fuzzTargets(f *testing.F) []*Syncer {
 		if err != nil {
 			f.Fatal(err)
 		}
-		s.Start()
+		if err := s.Start(); err != nil {
+			f.Fatal(err)
+		}
 		f.Cleanup(func() { s.Shutdown() })
 		out = append(out, s)
 	}

@@ -22,7 +22,7 @@ var transportLeakOptions = []goleak.Option{
 
 func newTestTransport(t *testing.T) *transport {
 	t.Helper()
-	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,13 +36,13 @@ func newTestTransport(t *testing.T) *transport {
 // memberlist was starting would be told of no one (see transport.open).
 func TestTransportHoldsWhatItReceivesUntilOpen(t *testing.T) {
 	defer goleak.VerifyNone(t, transportLeakOptions...)
-	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Shutdown()
 	tr.configure("", false, true)
-	sender, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	sender, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestTransportAdvertiseAddr(t *testing.T) {
 	if _, _, err := tr.FinalAdvertiseAddr("not-an-ip", 7000); err == nil {
 		t.Fatal("a bad advertise address was accepted")
 	}
-	if _, err := newTransport("no.such.host.invalid", 0, log.New(io.Discard, "", 0)); err == nil {
+	if _, err := newTransport("no.such.host.invalid", 0, log.New(io.Discard, "", 0), nil); err == nil {
 		t.Fatal("an unresolvable bind address was accepted")
 	}
 }
@@ -175,7 +175,7 @@ func TestTransportAdvertiseAddr(t *testing.T) {
 // come: it closes it.
 func TestTransportShutdownClosesStreamsBeingScreened(t *testing.T) {
 	defer goleak.VerifyNone(t, transportLeakOptions...)
-	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	tr, err := newTransport("127.0.0.1", 0, log.New(io.Discard, "", 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

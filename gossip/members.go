@@ -1,0 +1,125 @@
+package gossip
+
+// Membership bookkeeping: the event delegate keeps the syncer's own copies
+// of the live members (peers), the members that went away (failed, for
+// reconnecting and for the census) and the members that came back
+// (rejoined).
+
+import (
+	"net"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// rejoin is a member's return: when, on the syncer's clock since it was
+// made, and how long it had been away.
+type rejoin struct{ at, away time.Duration }
+
+// failedMember is a member that went away, how, and when.
+type failedMember struct {
+	addr  string
+	since time.Time
+	left  bool // it said it was leaving; otherwise memberlist declared it dead
+}
+
+// reconnectGiveUp is how long a member that went away is tried again.
+const reconnectGiveUp = time.Hour
+
+// reconnect tries to rejoin members that went away: after a partition
+// heals, or a crashed node returns, the two sides find each other again.
+func (s *Syncer) reconnect() {
+	s.retryOwed()
+	if s.leaving.Load() {
+		return // this node said it was going: it rejoins no one
+	}
+	s.mu.Lock()
+	addrs := make([]string, 0, len(s.failed))
+	for name, f := range s.failed {
+		if time.Since(f.since) > reconnectGiveUp {
+			delete(s.failed, name)
+			continue
+		}
+		addrs = append(addrs, f.addr)
+	}
+	s.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	if n, _ := s.list().Join(addrs); n > 0 {
+		s.log.Info("rejoined members that had gone away", "answered", n)
+	}
+}
+
+// NumAlive is the number of members (this one included) believed alive
+// (memberlist counts a suspected member as alive); 0 before Start.
+func (s *Syncer) NumAlive() int {
+	ml := s.list()
+	if ml == nil {
+		return 0
+	}
+	return ml.NumMembers()
+}
+
+// events adapts the syncer to memberlist.EventDelegate: it keeps the
+// membership bookkeeping and logs the changes.
+type events Syncer
+
+// The callbacks run with memberlist's node lock held, so *n may be read
+// (and copied) here, and only here.
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	e.members.Add(1)
+	e.mu.Lock()
+	if f, ok := e.failed[n.Name]; ok {
+		if e.rejoined == nil {
+			e.rejoined = map[string]rejoin{}
+		}
+		if _, ok := e.rejoined[n.Name]; ok || len(e.rejoined) < maxOrigins {
+			e.rejoined[n.Name] = rejoin{at: (*Syncer)(e).sinceBorn(), away: time.Since(f.since)}
+		}
+	}
+	delete(e.failed, n.Name)
+	node := copyNode(n)
+	e.peers[n.Name] = node
+	e.mu.Unlock()
+	(*Syncer)(e).queueResend(node)
+	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	e.members.Add(-1)
+	// memberlist does not say whether the node died or left (n.State is
+	// never set: memberlist v0.7.0 keeps the state in its own nodeState,
+	// which shadows Node.State), but a Sluice node says in its metadata
+	// that it is leaving before it leaves (Syncer.Leave). Both are retried;
+	// a node that left refuses the connection, which is cheap.
+	m, _ := decodeMeta(n.Meta)
+	left := m.Leaving
+	e.mu.Lock()
+	delete(e.peers, n.Name)
+	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
+		e.failed[n.Name] = failedMember{addr: n.Address(), since: time.Now(), left: left}
+	}
+	e.mu.Unlock()
+	how := "dead"
+	if left {
+		how = "left"
+	}
+	e.log.Info("member left or died", "name", n.Name, "as", how)
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.mu.Lock()
+	e.peers[n.Name] = copyNode(n)
+	e.mu.Unlock()
+	e.log.Debug("member updated", "name", n.Name)
+}
+
+// copyNode copies a node, its address and metadata included.
+func copyNode(n *memberlist.Node) memberlist.Node {
+	c := *n
+	c.Addr = append(net.IP(nil), n.Addr...)
+	c.Meta = append([]byte(nil), n.Meta...)
+	return c
+}
