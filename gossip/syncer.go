@@ -163,6 +163,7 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	if cfg.MemberlistConfig != nil {
 		cfg.MemberlistConfig(mlc)
 	}
+	nt.isMember = s.memberAddr
 	nt.configure(mlc.Label, mlc.SecretKey != nil || (mlc.Keyring != nil && len(mlc.Keyring.GetKeys()) > 0), mlc.GossipVerifyIncoming)
 	s.transport = nt
 	s.ml, err = memberlist.Create(mlc)

@@ -17,7 +17,7 @@ type TransportStats struct {
 	// (encrypted frame or message lengths; 0 when none was read).
 	BytesRefused atomic.Uint64
 
-	streams [8]atomic.Uint64 // by StreamRefusals index
+	streams [9]atomic.Uint64 // by StreamRefusals index
 	packets [3]atomic.Uint64 // by PacketRefusals index
 }
 
