@@ -145,6 +145,12 @@ func (m *metrics) registerTransport(ts *gossip.TransportStats) {
 			Help: "Inbound gossip streams refused before memberlist read them, by reason.",
 		}, func() float64 { return float64(ts.StreamsRefused(reason)) }))
 	}
+	for _, reason := range gossip.StreamRefusals {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_gossip_replies_refused_total", ConstLabels: prometheus.Labels{"reason": reason},
+			Help: "Replies on gossip streams this node opened (push-pull, join, TCP ping) refused before memberlist read them, by reason.",
+		}, func() float64 { return float64(ts.RepliesRefused(reason)) }))
+	}
 	for _, reason := range gossip.PacketRefusals {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_gossip_packets_refused_total", ConstLabels: prometheus.Labels{"reason": reason},

@@ -81,12 +81,14 @@ const (
 // memberlist's message types (net.go) and label header (label.go).
 const (
 	mlPing       = 0
+	mlAckResp    = 2
 	mlPushPull   = 6
 	mlCompound   = 7
 	mlUser       = 8
 	mlCompress   = 9
 	mlEncrypt    = 10
 	mlHasCrc     = 12
+	mlErr        = 13
 	mlHasLabel   = 244
 	mlCrcHeader  = 5 // type byte and CRC-32
 	mlFrameFixed = 5 // encrypted frame: type byte and big-endian uint32 length
@@ -244,8 +246,9 @@ func (g *streamGuard) parseStream(br peekReader) (int64, pushPullPlan, error) {
 	return limit, plan, err
 }
 
-func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error) {
-	peek := func(n int) ([]byte, error) {
+// peeker returns a Peek that reports why it failed as a refusal.
+func peeker(br peekReader) func(int) ([]byte, error) {
+	return func(n int) ([]byte, error) {
 		b, err := br.Peek(n)
 		if err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
@@ -255,6 +258,10 @@ func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error
 		}
 		return b, nil
 	}
+}
+
+func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error) {
+	peek := peeker(br)
 	b, err := peek(1)
 	if err != nil {
 		return 0, err
@@ -278,7 +285,15 @@ func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error
 	} else if g.label != "" {
 		return 0, refuse(RefusedLabel, "no label")
 	}
-	if b, err = peek(off + 1); err != nil {
+	return g.parseBody(peek, off, plan, false)
+}
+
+// parseBody parses a stream from off, past any label header: an encrypted
+// frame, or a plain message of a kind Sluice sends (reply: of a kind
+// memberlist answers a stream this node opened with).
+func (g *streamGuard) parseBody(peek func(int) ([]byte, error), off int, plan *pushPullPlan, reply bool) (int64, error) {
+	b, err := peek(off + 1)
+	if err != nil {
 		return 0, err
 	}
 	typ := b[off]
@@ -299,10 +314,10 @@ func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error
 	if g.encrypted {
 		return 0, refuse(RefusedEncryption, "a plain stream to an encrypted node")
 	}
-	switch typ {
-	case mlPing:
+	switch {
+	case typ == mlPing && !reply, (typ == mlAckResp || typ == mlErr) && reply:
 		return int64(off) + maxPlainOther, nil
-	case mlUser, mlPushPull:
+	case typ == mlUser && !reply, typ == mlPushPull:
 	default:
 		return 0, refuse(RefusedType, "a kind of stream Sluice never sends")
 	}

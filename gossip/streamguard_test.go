@@ -215,6 +215,9 @@ func TestStreamGuardPassesMemberlistsOwnStreams(t *testing.T) {
 					if n := s.Transport().StreamsRefused(r); n != 0 {
 						t.Errorf("%s refused %d streams: %s", s.self, n, r)
 					}
+					if n := s.Transport().RepliesRefused(r); n != 0 {
+						t.Errorf("%s refused %d replies: %s", s.self, n, r)
+					}
 				}
 				for _, r := range PacketRefusals {
 					if n := s.Transport().PacketsRefused(r); n != 0 {

@@ -220,8 +220,14 @@ func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 
 func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 
+// DialTimeout opens a stream to addr. Its reply is screened before
+// memberlist reads it (see replyguard.go).
 func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", addr, timeout)
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return t.guard.outbound(conn), nil
 }
 
 // DialAddressTimeout is DialTimeout; the node's name is not needed.

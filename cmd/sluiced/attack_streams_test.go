@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
+	be "encoding/binary"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
 )
 
 // These tests attack a real sluiced where issue 15 left known limits: key
@@ -48,3 +56,156 @@ func TestStreamsKeyFileOwnedByAnotherUserIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// streamsFakePeer listens on a loopback port and answers every stream with
+// reply (then reads what the daemon sent until it closes, at most 5 s). It
+// returns its address and how many streams it answered.
+func streamsFakePeer(t *testing.T, reply []byte) (string, *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	served := &atomic.Int64{}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				go c.Write(reply)
+				io.Copy(io.Discard, c)
+				served.Add(1)
+			}()
+		}
+	}()
+	return l.Addr().String(), served
+}
+
+// streamsNodeState is a push-pull node state as memberlist encodes it.
+type streamsNodeState struct {
+	Name        string
+	Addr        []byte
+	Port        uint16
+	Meta        []byte
+	Incarnation uint32
+	State       uint8
+	Vsn         []uint8
+}
+
+// streamsPushPull is a plain push-pull reply holding states and user state.
+func streamsPushPull(t *testing.T, states []streamsNodeState, user []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	b.WriteByte(6)
+	enc := codec.NewEncoder(&b, &codec.MsgpackHandle{})
+	if err := enc.Encode(map[string]any{"Nodes": len(states), "UserStateLen": len(user), "Join": false}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range states {
+		if err := enc.Encode(&states[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Write(user)
+	return b.Bytes()
+}
+
+// A daemon that joins a fake peer (or push-pulls with one) reads the
+// peer's reply. Without a key, memberlist read it unchecked: a node state
+// with a one-byte version list panicked memberlist, and declared lengths
+// were allocated as given. Now each hostile reply is refused before
+// memberlist reads it, counted in sluice_gossip_replies_refused_total: the
+// daemon stays up, learns of no member, and its peak RSS grows by less
+// than streamsReplyBoundMiB. With a key, a reply declaring an encrypted
+// frame beyond the cap is refused the same way.
+func TestStreamsHostileRepliesAreRefused(t *testing.T) {
+	fake := func(vsn ...uint8) []streamsNodeState {
+		return []streamsNodeState{{Name: "fake", Addr: []byte{127, 0, 0, 1}, Port: 1, State: 0, Vsn: vsn}}
+	}
+	declare := func(nodes, userLen int64) []byte {
+		b := []byte{6, 0x83}
+		for _, kv := range []struct {
+			k string
+			v int64
+		}{{"Nodes", nodes}, {"UserStateLen", userLen}} {
+			b = append(b, 0xa0|byte(len(kv.k)))
+			b = append(b, kv.k...)
+			b = append(b, 0xd3)
+			b = be.BigEndian.AppendUint64(b, uint64(kv.v))
+		}
+		return append(b, 0xa4, 'J', 'o', 'i', 'n', 0xc2)
+	}
+	plain := []struct {
+		name, reason string
+		reply        []byte
+	}{
+		{"a one-byte version list (panicked memberlist)", "header", streamsPushPull(t, fake(1), nil)},
+		{"another cluster's label", "label", labelled("other", streamsPushPull(t, fake(1, 5, 5, 0, 1, 1), nil))},
+		{"this cluster's label (replies carry none)", "label", labelled("sluice", streamsPushPull(t, fake(1, 5, 5, 0, 1, 1), nil))},
+		{"2^40 node states", "length", declare(1<<40, 0)},
+		{"a user state of 2^62 bytes", "length", declare(0, 1<<62)},
+		{"garbage", "type", []byte("HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n")},
+	}
+	t.Run("plain", func(t *testing.T) {
+		var joins []string
+		var served []*atomic.Int64
+		for _, p := range plain {
+			addr, n := streamsFakePeer(t, p.reply)
+			joins = append(joins, addr)
+			served = append(served, n)
+		}
+		metrics := "127.0.0.1:" + freePort(t)
+		n := startTransportNode(t, "victim", "", "--metrics-addr", metrics, "--insecure-gossip", "--join", strings.Join(joins, ","))
+		pid := n.p.cmd.Process.Pid
+		base := procKiB(t, pid, "VmHWM")
+		eventually(t, "every fake peer was dialled twice", func() bool {
+			for _, s := range served {
+				if s.Load() < 2 {
+					return false
+				}
+			}
+			return true
+		})
+		for _, reason := range []string{"header", "label", "length", "type"} {
+			v := transportMetric(t, metrics, `sluice_gossip_replies_refused_total{reason="`+reason+`"}`)
+			want := 0
+			for _, p := range plain {
+				if p.reason == reason {
+					want += 2
+				}
+			}
+			t.Logf("replies refused for %s: %v (at least %d)", reason, v, want)
+			if v < float64(want) {
+				t.Errorf("replies refused for %s: %v, want at least %d", reason, v, want)
+			}
+		}
+		n.assertUp(t, "after the hostile replies")
+		if alive := transportMetric(t, metrics, `sluice_members{state="alive"}`); alive != 1 {
+			t.Fatalf("%v members alive: a hostile reply was merged", alive)
+		}
+		grew := (procKiB(t, pid, "VmHWM") - base) >> 10
+		t.Logf("peak RSS grew by %d MiB (bound %d MiB)", grew, streamsReplyBoundMiB)
+		if grew > streamsReplyBoundMiB {
+			t.Fatalf("peak RSS grew by %d MiB, bound %d MiB", grew, streamsReplyBoundMiB)
+		}
+	})
+	t.Run("encrypted", func(t *testing.T) {
+		addr, served := streamsFakePeer(t, []byte{10, 0xff, 0xff, 0xff, 0xff})
+		metrics := "127.0.0.1:" + freePort(t)
+		n := startTransportNode(t, "victim", transportTestKey, "--metrics-addr", metrics, "--join", addr)
+		eventually(t, "the fake peer was dialled twice", func() bool { return served.Load() >= 2 })
+		if v := transportMetric(t, metrics, `sluice_gossip_replies_refused_total{reason="length"}`); v < 2 {
+			t.Fatalf("replies declaring a 4 GiB frame refused: %v, want at least 2", v)
+		}
+		n.assertUp(t, "after the hostile replies")
+	})
+}
+
+// streamsReplyBoundMiB bounds what hostile replies may grow a daemon's peak
+// RSS by: each is refused from its first bytes.
+const streamsReplyBoundMiB = 32
