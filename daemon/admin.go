@@ -112,6 +112,7 @@ func (m *metrics) registerGossip(s *gossip.Syncer) {
 		"sluice_gossip_bytes_received_total":   func() float64 { return float64(st.BytesReceived.Load()) },
 		"sluice_gossip_bad_packets_total":      func() float64 { return float64(st.BadPackets.Load()) },
 		"sluice_gossip_tokens_charged_total":   func() float64 { return float64(st.TokensCharged.Load()) },
+		"sluice_gossip_relays_dropped_total":   func() float64 { return float64(st.RelaysDropped.Load()) },
 	} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "Gossip traffic: " + name + "."}, f))
 	}

@@ -56,3 +56,53 @@ func TestForgedEpochsDoNotEvictRealCountersFromTheRelayQueue(t *testing.T) {
 		})
 	}
 }
+
+// Forged counters flooding the relay queue crowd out only the name they
+// use: made-up origins share MaxPending/relayUnknownShare entries, a real
+// member's name MaxPending/relayOriginShare; another member's counters are
+// still queued. (Before, the forgeries filled MaxPending and every
+// origin's relays were dropped.) Entries sent often enough give their
+// share back.
+func TestRelayQueueIsSharedByOrigin(t *testing.T) {
+	s, _, _ := newBoundSyncer() // MaxPending 100
+	s.members.Store(100)        // above FanoutLimit: receivers relay
+	epoch := uint64(s.clock().UnixNano())
+	for i := range 60 {
+		s.receive(packet(s, fmt.Sprint("made-up-", i), true, Counter{Rule: "r", Key: fmt.Sprint("k", i), Epoch: epoch, Used: 1}))
+		s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: fmt.Sprint("forged-", i), Epoch: epoch + uint64(i), Used: 1}))
+	}
+	s.receive(packet(s, "old", true, Counter{Rule: "r", Key: "real", Epoch: epoch, Used: 1}))
+	count := func() map[string]int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		by := map[string]int{}
+		for k := range s.pending {
+			if k.origin == "peer" || k.origin == "old" {
+				by[k.origin]++
+			} else {
+				by["made-up"]++
+			}
+		}
+		return by
+	}
+	by := count()
+	if by["made-up"] != 100/relayUnknownShare || by["peer"] != 100/relayOriginShare || by["old"] != 1 {
+		t.Fatalf("pending by origin %v, want made-up %d, peer %d, old 1", by, 100/relayUnknownShare, 100/relayOriginShare)
+	}
+	if got := s.stats.RelaysDropped.Load(); got != 120-uint64(100/relayUnknownShare+100/relayOriginShare) {
+		t.Fatalf("%d relays dropped", got)
+	}
+	s.mu.Lock()
+	for range 10 { // more rounds than any entry's transmits
+		s.packPendingLocked()
+	}
+	empty := len(s.pending) == 0 && len(s.relay.byOrigin) == 0 && s.relay.unknown == 0
+	s.mu.Unlock()
+	if !empty {
+		t.Fatalf("after sending: %d pending, shares %+v", len(s.pending), s.relay)
+	}
+	s.receive(packet(s, "made-up-new", true, Counter{Rule: "r", Key: "again", Epoch: epoch, Used: 1}))
+	if by := count(); by["made-up"] != 1 {
+		t.Fatalf("a share given back was not reused: %v", by)
+	}
+}

@@ -32,6 +32,7 @@ type Syncer struct {
 
 	mu      sync.Mutex
 	pending map[pendingKey]*pendingCounter
+	relay   relayShares // relayed entries of pending by origin (relay.go)
 	seen    map[counterKey]*seenRange
 	meta    []byte
 	rnd     *rand.Rand
@@ -108,6 +109,9 @@ type Stats struct {
 	// UnknownCounters counts counters of rules this node does not have, or
 	// of keys longer than it accepts: neither charged nor remembered.
 	UnknownCounters atomic.Uint64
+	// RelaysDropped counts counters that were news but not queued for
+	// relaying: their origin's share of the queue, or the queue, was full.
+	RelaysDropped atomic.Uint64
 }
 
 // New creates the syncer and binds memberlist's port. It joins no one and
@@ -510,7 +514,7 @@ func (s *Syncer) packPendingLocked() ([][]byte, []int) {
 	send := func(k pendingKey, p *pendingCounter) {
 		w.add(k.origin, p.c)
 		if p.transmits--; p.transmits <= 0 {
-			delete(s.pending, k)
+			s.dropPendingLocked(k)
 		}
 	}
 	var windowed []pendingKey
