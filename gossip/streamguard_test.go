@@ -245,3 +245,17 @@ func TestStreamGuardEncryptionNotVerified(t *testing.T) {
 		t.Fatal("the crash payload passed")
 	}
 }
+
+func TestStreamSourceOf(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"::ffff:192.0.2.7", "192.0.2.7"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::"},
+		{"::1", "::1"},
+	} {
+		if got := sourceOf(netip.MustParseAddr(tt.in)); got != netip.MustParseAddr(tt.want) {
+			t.Errorf("sourceOf(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}

@@ -11,13 +11,16 @@ import (
 // delaying members' push-pulls, joins and reliable resets. So the slots are
 // shared out:
 //   - a source address that is not a member's holds at most
-//     maxStreamsPerSource streams at once;
+//     maxStreamsPerSource streams at once (an IPv6 source: its /64, which
+//     one host usually holds whole);
 //   - sources that are not members hold at most maxStreams −
 //     memberStreamSlots together: the rest are kept for members' addresses;
 //   - a member's address may take any free slot, beyond both caps.
 //
 // And a stream must send its header within streamHeaderTimeout, not
-// streamTimeout: a silent stream gives its slot back after that.
+// streamTimeout: a silent stream gives its slot back after that. The
+// header follows the push-pull state memberlist builds before writing it
+// (up to stateBudget), so the bound is not tighter.
 //
 // A member's address is the address memberlist knows it by (see
 // Syncer.memberAddr): TCP's handshake means a stream cannot claim a source
@@ -36,8 +39,10 @@ const (
 	memberStreamSlots = 8
 	// streamHeaderTimeout is how long a stream may take to send its header
 	// (the guard's first bytes); the stream then has until streamTimeout.
-	// memberlist writes its header at once.
-	streamHeaderTimeout = 2 * time.Second
+	// memberlist writes the label at once, and the rest of the header once
+	// it has built and encrypted what it sends: a push-pull's state of up
+	// to stateBudget, well under a second on a loaded host.
+	streamHeaderTimeout = 5 * time.Second
 )
 
 // streamSlots counts the inbound streams open, by source. It is safe for
@@ -63,7 +68,8 @@ type slot struct {
 // acquire takes a slot for a stream from src, or returns why not
 // (RefusedBusy: every slot, or every slot strangers may take, is held;
 // RefusedSource: src holds its share).
-func (s *streamSlots) acquire(src netip.Addr) (slot, string) {
+func (s *streamSlots) acquire(addr netip.Addr) (slot, string) {
+	src := sourceOf(addr)
 	s.mu.Lock()
 	if s.open >= maxStreams {
 		s.mu.Unlock()
@@ -82,7 +88,7 @@ func (s *streamSlots) acquire(src netip.Addr) (slot, string) {
 	}
 	full := s.strangers >= maxStreams-memberStreamSlots
 	s.mu.Unlock()
-	if s.isMember == nil || !s.isMember(src) {
+	if s.isMember == nil || !s.isMember(addr) {
 		if full {
 			return slot{}, RefusedBusy
 		}
@@ -96,6 +102,17 @@ func (s *streamSlots) acquire(src netip.Addr) (slot, string) {
 	s.open++
 	s.stats.StreamsOpen.Store(int64(s.open))
 	return slot{src: src}, ""
+}
+
+// sourceOf is the source a stream from addr counts against: the address,
+// or for IPv6 beyond loopback its /64.
+func sourceOf(addr netip.Addr) netip.Addr {
+	addr = addr.Unmap()
+	if addr.Is6() && !addr.IsLoopback() {
+		p, _ := addr.Prefix(64)
+		return p.Addr()
+	}
+	return addr
 }
 
 // release gives a slot back.

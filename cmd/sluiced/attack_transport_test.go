@@ -320,7 +320,7 @@ func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 
 // Streams held open beyond one source's share (or 32 in all) are refused at
 // once, not queued; once the holders go, streams are accepted again, and a
-// stream that sends nothing is closed within the header deadline (2 s).
+// stream that sends nothing is closed within the header deadline (5 s).
 func TestGossipStreamSlotsAndDeadline(t *testing.T) {
 	n, metrics := startTransportVictim(t, "")
 	var held []net.Conn
