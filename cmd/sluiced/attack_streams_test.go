@@ -406,3 +406,16 @@ func TestStreamsStrangerHoldingStreamsCannotStarveMembers(t *testing.T) {
 		t.Fatalf("a's peak RSS grew by %d MiB, bound %d MiB", grew, streamsSlotsMemoryBoundMiB)
 	}
 }
+
+// streamsDialFrom dials addr from the loopback address 127.0.0.(2 + i%50),
+// so that a flood comes from fifty sources, as from several hosts: one
+// source alone is held to its share of the stream slots. Where loopback
+// aliases do not work, it dials from the default address.
+func streamsDialFrom(addr string, i int) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%50))}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return net.DialTimeout("tcp", addr, 5*time.Second)
+	}
+	return c, nil
+}
