@@ -18,8 +18,10 @@ const maxSecretFile = 64 << 10
 
 // readSecretFile reads a file holding gossip keys, refusing one that any
 // user but its owner may read or write (as ssh refuses an open private key):
-// a key others can read is not a secret. The mode is checked on the file
-// opened, not on the path, so it cannot be swapped between check and read.
+// a key others can read is not a secret. It refuses one owned by a user
+// other than the daemon's and root too (see checkSecretOwner). Mode and
+// owner are checked on the file opened, not on the path, so it cannot be
+// swapped between check and read.
 func readSecretFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -32,6 +34,11 @@ func readSecretFile(path string) ([]byte, error) {
 	}
 	if perm := st.Mode().Perm(); perm&0o077 != 0 {
 		return nil, fmt.Errorf("%s has mode %04o, %w: run chmod 600 %s", path, perm, ErrKeyFileOpen, path)
+	}
+	if owner, ok := fileOwner(st); ok {
+		if err := checkSecretOwner(path, owner, effectiveUID()); err != nil {
+			return nil, err
+		}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
 	if err != nil {

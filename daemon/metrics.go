@@ -98,6 +98,7 @@ func (m *metrics) registerGossip(s *gossip.Syncer) {
 		"sluice_gossip_bytes_received_total":   func() float64 { return float64(st.BytesReceived.Load()) },
 		"sluice_gossip_bad_packets_total":      func() float64 { return float64(st.BadPackets.Load()) },
 		"sluice_gossip_tokens_charged_total":   func() float64 { return float64(st.TokensCharged.Load()) },
+		"sluice_gossip_relays_dropped_total":   func() float64 { return float64(st.RelaysDropped.Load()) },
 	} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "Gossip traffic: " + name + "."}, f))
 	}
@@ -130,6 +131,12 @@ func (m *metrics) registerTransport(ts *gossip.TransportStats) {
 			Name: "sluice_gossip_streams_refused_total", ConstLabels: prometheus.Labels{"reason": reason},
 			Help: "Inbound gossip streams refused before memberlist read them, by reason.",
 		}, func() float64 { return float64(ts.StreamsRefused(reason)) }))
+	}
+	for _, reason := range gossip.StreamRefusals {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_gossip_replies_refused_total", ConstLabels: prometheus.Labels{"reason": reason},
+			Help: "Replies on gossip streams this node opened (push-pull, join, TCP ping) refused before memberlist read them, by reason.",
+		}, func() float64 { return float64(ts.RepliesRefused(reason)) }))
 	}
 	for _, reason := range gossip.PacketRefusals {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -54,7 +54,7 @@ func (s *Syncer) receive(b []byte) {
 		}
 		if news && relay && !clamped { // a suspicious counter is not spread further
 
-			s.queueLocked(origin, c, transmits)
+			s.relayLocked(origin, c, transmits)
 		}
 	})
 	s.mu.Unlock()

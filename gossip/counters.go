@@ -97,7 +97,7 @@ func (s *Syncer) packPendingLocked() ([][]byte, []int) {
 	send := func(k pendingKey, p *pendingCounter) {
 		w.add(k.origin, p.c)
 		if p.transmits--; p.transmits <= 0 {
-			delete(s.pending, k)
+			s.dropPendingLocked(k)
 		}
 	}
 	var windowed []pendingKey
@@ -117,17 +117,19 @@ func (s *Syncer) packPendingLocked() ([][]byte, []int) {
 }
 
 // queueLocked makes c pending, coalescing with what is already pending for
-// the same (origin, rule, key, window): one entry each, the newest counter,
-// the earliest previous value not yet sent. A counter of another window is
-// another entry, so a key moving to a new window leaves its old window's
-// last counter queued beside the new one. Caller holds s.mu.
+// the same (origin, rule, key, window, epoch): one entry each, the newest
+// counter, the earliest previous value not yet sent. A counter of another
+// window or epoch is another entry, so a key moving to a new window (or a
+// bucket to a new epoch) leaves its old generation's last counter queued
+// beside the new one. Caller holds s.mu.
 //
 // At MaxPending, new relayed entries are dropped, and so are this node's own
 // windowed ones (a key leaves one entry per window while no member is there
 // to take them); push-pull repairs what is dropped. This node's own bucket
-// counters are always queued: one per key, bounded by the ledger's keys.
+// counters are always queued: one per key and epoch, bounded by the ledger's
+// keys (an old epoch's last counter leaves once sent).
 func (s *Syncer) queueLocked(origin string, c Counter, transmits int) {
-	k := pendingKey{counterKey{origin, c.Rule, c.Key}, c.Window}
+	k := pendingKey{counterKey{origin, c.Rule, c.Key}, c.Window, c.Epoch}
 	p, ok := s.pending[k]
 	if !ok {
 		if len(s.pending) >= s.cfg.MaxPending && (origin != s.self || c.Window != 0) {
@@ -136,12 +138,7 @@ func (s *Syncer) queueLocked(origin string, c Counter, transmits int) {
 		s.pending[k] = &pendingCounter{c: c, transmits: transmits}
 		return
 	}
-	switch compareGen(c.Epoch, c.Window, p.c.Epoch, p.c.Window) {
-	case 1:
-		*p = pendingCounter{c: c, transmits: transmits}
-	case 0:
-		p.c.Used = max(p.c.Used, c.Used)
-		p.c.Prev = min(p.c.Prev, c.Prev)
-		p.transmits = max(p.transmits, transmits)
-	}
+	p.c.Used = max(p.c.Used, c.Used)
+	p.c.Prev = min(p.c.Prev, c.Prev)
+	p.transmits = max(p.transmits, transmits)
 }

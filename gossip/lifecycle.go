@@ -144,6 +144,7 @@ func (s *Syncer) startMemberlist() error {
 	if cfg.WrapTransport != nil {
 		mlc.Transport = cfg.WrapTransport(nt)
 	}
+	nt.isMember = s.memberAddr
 	nt.configure(mlc.Label, mlc.SecretKey != nil || (mlc.Keyring != nil && len(mlc.Keyring.GetKeys()) > 0), mlc.GossipVerifyIncoming)
 	s.transport = nt
 	ml, err := memberlist.Create(mlc)

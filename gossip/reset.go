@@ -156,7 +156,7 @@ func (s *Syncer) applyResets(entries []resetEntry, olderOnly bool) int {
 		s.resets.latest = max(s.resets.latest, e.at)
 		for pk := range s.pending {
 			if pk.rule == e.limit && pk.key == e.key {
-				delete(s.pending, pk)
+				s.dropPendingLocked(pk)
 			}
 		}
 		for ck := range s.seen {

@@ -122,10 +122,10 @@ func TestResetRefusesEarlierEpochsAndChargesLaterOnes(t *testing.T) {
 	if n := s.applyResets([]resetEntry{{"api", "k", 100}}, false); n != 1 || len(l.resets) != 1 {
 		t.Fatalf("applied %d resets, ledger saw %v", n, l.resets)
 	}
-	if _, ok := s.pending[pendingKey{counterKey{"peer", "api", "k"}, 0}]; ok {
+	if _, ok := s.pending[pendingKey{counterKey{"peer", "api", "k"}, 0, 10}]; ok {
 		t.Error("a pending counter of the reset key survived the reset")
 	}
-	if _, ok := s.pending[pendingKey{counterKey{"peer", "api", "other"}, 0}]; !ok {
+	if _, ok := s.pending[pendingKey{counterKey{"peer", "api", "other"}, 0, 10}]; !ok {
 		t.Error("the reset dropped another key's pending counter")
 	}
 	if len(s.Origins("api", "k")) != 0 {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -31,13 +32,14 @@ import (
 // stream may make memberlist hold from a budget shared by all streams not
 // yet closed, and hands memberlist a connection that replays the peeked bytes
 // and then reads no more than the header declared. Every stream also has an
-// absolute deadline memberlist cannot extend. Nothing a peer declares is
-// allocated before it is checked.
+// absolute deadline memberlist cannot extend, and a shorter one for its
+// header. Nothing a peer declares is allocated before it is checked.
 
 // Stream caps.
 const (
 	// maxStreams is how many inbound streams may be open at once (being
 	// screened or with memberlist); beyond, a new one is closed at once.
+	// streamslots.go shares them out between sources.
 	// memberlist opens one per push-pull (one per PushPullInterval per
 	// peer, plus joins), per reliable user message and per TCP ping.
 	maxStreams = 32
@@ -82,12 +84,14 @@ const (
 // memberlist's message types (net.go) and label header (label.go).
 const (
 	mlPing       = 0
+	mlAckResp    = 2
 	mlPushPull   = 6
 	mlCompound   = 7
 	mlUser       = 8
 	mlCompress   = 9
 	mlEncrypt    = 10
 	mlHasCrc     = 12
+	mlErr        = 13
 	mlHasLabel   = 244
 	mlCrcHeader  = 5 // type byte and CRC-32
 	mlFrameFixed = 5 // encrypted frame: type byte and big-endian uint32 length
@@ -103,10 +107,11 @@ const (
 	RefusedHeader     = "header"     // a header not as memberlist encodes it
 	RefusedLength     = "length"     // a declared length or count beyond the caps
 	RefusedBudget     = "budget"     // open streams already declare streamBudget bytes
+	RefusedSource     = "source"     // the source address holds maxStreamsPerSource streams already
 )
 
 // StreamRefusals lists the stream refusal reasons.
-var StreamRefusals = []string{RefusedBusy, RefusedTimeout, RefusedLabel, RefusedEncryption, RefusedType, RefusedHeader, RefusedLength, RefusedBudget}
+var StreamRefusals = []string{RefusedBusy, RefusedTimeout, RefusedLabel, RefusedEncryption, RefusedType, RefusedHeader, RefusedLength, RefusedBudget, RefusedSource}
 
 // errRefused carries why a stream or packet was refused.
 type errRefused struct{ reason, detail string }
@@ -122,23 +127,30 @@ type streamGuard struct {
 	encrypted  bool // memberlist accepts encrypted streams only
 	stats      *TransportStats
 	log        *dropLog
+	slots      streamSlots
 	mu         sync.Mutex
 	reserved   int64 // bytes declared by open streams; under mu
 	budget     int64
 	timeout    time.Duration
+	// headerTimeout bounds the wait for a stream's header (0: timeout).
+	headerTimeout time.Duration
 }
 
-// acquire takes a stream slot; false means maxStreams are open.
-func (g *streamGuard) acquire() bool {
-	if g.stats.StreamsOpen.Add(1) > maxStreams {
-		g.stats.StreamsOpen.Add(-1)
-		return false
+// acquire takes a stream slot for a stream from src, or returns the
+// refusal (see streamSlots).
+func (g *streamGuard) acquire(src netip.Addr) (slot, error) {
+	sl, reason := g.slots.acquire(src)
+	switch reason {
+	case "":
+		return sl, nil
+	case RefusedSource:
+		return sl, refuse(reason, "the source holds its share of streams")
 	}
-	return true
+	return sl, refuse(reason, "too many streams open")
 }
 
-func (g *streamGuard) release(reserved int64) {
-	g.stats.StreamsOpen.Add(-1)
+func (g *streamGuard) release(sl slot, reserved int64) {
+	g.slots.release(sl)
 	if reserved > 0 {
 		g.mu.Lock()
 		g.reserved -= reserved
@@ -168,29 +180,34 @@ func (g *streamGuard) refused(declared int64, from net.Addr, err error) {
 
 // screen reads conn's header and returns the connection memberlist may
 // read, or an error naming why conn was refused (*errRefused) and the bytes
-// the refused stream declared. conn holds a slot; the returned connection
-// gives it back on Close. On error the caller closes conn and the slot is
-// given back here.
-func (g *streamGuard) screen(conn net.Conn) (net.Conn, int64, error) {
-	deadline := time.Now().Add(g.timeout)
+// the refused stream declared. conn holds the slot sl; the returned
+// connection gives it back on Close. On error the caller closes conn and
+// the slot is given back here.
+func (g *streamGuard) screen(conn net.Conn, sl slot) (net.Conn, int64, error) {
+	start := time.Now()
+	deadline := start.Add(g.timeout)
 	conn.SetDeadline(deadline)
+	if g.headerTimeout > 0 && g.headerTimeout < g.timeout {
+		conn.SetDeadline(start.Add(g.headerTimeout))
+	}
 	br := bufio.NewReaderSize(conn, streamPeekSize)
 	limit, plan, err := g.parseStream(br)
+	conn.SetDeadline(deadline)
 	if err != nil {
-		g.release(0)
+		g.release(sl, 0)
 		return nil, limit, err
 	}
 	if !g.reserve(limit) {
-		g.release(0)
+		g.release(sl, 0)
 		return nil, limit, refuse(RefusedBudget, "open streams declare too much already")
 	}
 	if plan.nodes > 0 {
 		r, err := checkNodeStates(io.LimitReader(br, limit), plan)
 		if err != nil {
-			g.release(limit)
+			g.release(sl, limit)
 			return nil, limit, err
 		}
-		return &guardedConn{Conn: conn, r: r, deadline: deadline, done: func() { g.release(limit) }}, 0, nil
+		return &guardedConn{Conn: conn, r: r, deadline: deadline, done: func() { g.release(sl, limit) }}, 0, nil
 	}
 	peeked, _ := br.Peek(br.Buffered())
 	if int64(len(peeked)) > limit {
@@ -201,7 +218,7 @@ func (g *streamGuard) screen(conn net.Conn) (net.Conn, int64, error) {
 		Conn:     conn,
 		r:        io.MultiReader(bytes.NewReader(bytes.Clone(peeked)), io.LimitReader(conn, rest)),
 		deadline: deadline,
-		done:     func() { g.release(limit) },
+		done:     func() { g.release(sl, limit) },
 	}, 0, nil
 }
 
@@ -232,8 +249,9 @@ func (g *streamGuard) parseStream(br peekReader) (int64, pushPullPlan, error) {
 	return limit, plan, err
 }
 
-func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error) {
-	peek := func(n int) ([]byte, error) {
+// peeker returns a Peek that reports why it failed as a refusal.
+func peeker(br peekReader) func(int) ([]byte, error) {
+	return func(n int) ([]byte, error) {
 		b, err := br.Peek(n)
 		if err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
@@ -243,6 +261,10 @@ func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error
 		}
 		return b, nil
 	}
+}
+
+func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error) {
+	peek := peeker(br)
 	b, err := peek(1)
 	if err != nil {
 		return 0, err
@@ -266,7 +288,15 @@ func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error
 	} else if g.label != "" {
 		return 0, refuse(RefusedLabel, "no label")
 	}
-	if b, err = peek(off + 1); err != nil {
+	return g.parseBody(peek, off, plan, false)
+}
+
+// parseBody parses a stream from off, past any label header: an encrypted
+// frame, or a plain message of a kind Sluice sends (reply: of a kind
+// memberlist answers a stream this node opened with).
+func (g *streamGuard) parseBody(peek func(int) ([]byte, error), off int, plan *pushPullPlan, reply bool) (int64, error) {
+	b, err := peek(off + 1)
+	if err != nil {
 		return 0, err
 	}
 	typ := b[off]
@@ -287,10 +317,10 @@ func (g *streamGuard) parseInto(br peekReader, plan *pushPullPlan) (int64, error
 	if g.encrypted {
 		return 0, refuse(RefusedEncryption, "a plain stream to an encrypted node")
 	}
-	switch typ {
-	case mlPing:
+	switch {
+	case typ == mlPing && !reply, (typ == mlAckResp || typ == mlErr) && reply:
 		return int64(off) + maxPlainOther, nil
-	case mlUser, mlPushPull:
+	case typ == mlUser && !reply, typ == mlPushPull:
 	default:
 		return 0, refuse(RefusedType, "a kind of stream Sluice never sends")
 	}

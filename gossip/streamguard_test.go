@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -102,12 +103,14 @@ func TestGuardedConnReplaysAndLimits(t *testing.T) {
 	client, server := net.Pipe()
 	defer client.Close()
 	g := &streamGuard{label: "", stats: &TransportStats{}, log: newDropLog(log.New(io.Discard, "", 0)), budget: streamBudget, timeout: time.Minute}
-	if !g.acquire() {
-		t.Fatal("no slot")
+	g.slots.stats = g.stats
+	sl, err := g.acquire(netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	msg := append(append([]byte{mlUser}, mpMapInts("UserMsgLen", 5)...), "hello and more"...)
 	go client.Write(msg)
-	gc, _, err := g.screen(server)
+	gc, _, err := g.screen(server, sl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,26 +130,64 @@ func TestGuardedConnReplaysAndLimits(t *testing.T) {
 }
 
 func TestStreamGuardSlotsAndBudget(t *testing.T) {
+	member := netip.MustParseAddr("10.0.0.1")
 	g := &streamGuard{stats: &TransportStats{}, budget: 100}
-	for i := range maxStreams {
-		if !g.acquire() {
-			t.Fatalf("slot %d refused", i)
+	g.slots.stats = g.stats
+	g.slots.isMember = func(a netip.Addr) bool { return a == member }
+	// Strangers: maxStreamsPerSource each, maxStreams−memberStreamSlots in all.
+	var held []slot
+	for i := range maxStreams - memberStreamSlots {
+		src := netip.AddrFrom4([4]byte{192, 0, 2, byte(i / maxStreamsPerSource)})
+		sl, err := g.acquire(src)
+		if err != nil {
+			t.Fatalf("stranger slot %d refused: %v", i, err)
+		}
+		held = append(held, sl)
+		if i%maxStreamsPerSource == maxStreamsPerSource-1 && i < maxStreams-memberStreamSlots-1 {
+			if _, err := g.acquire(src); !isRefusal(err, RefusedSource) {
+				t.Fatalf("a source beyond its share: %v, want %q", err, RefusedSource)
+			}
 		}
 	}
-	if g.acquire() {
-		t.Fatal("a slot beyond maxStreams")
+	if _, err := g.acquire(netip.MustParseAddr("192.0.2.200")); !isRefusal(err, RefusedBusy) {
+		t.Fatalf("a new stranger with the strangers' slots held: %v, want %q", err, RefusedBusy)
 	}
-	g.release(0)
-	if !g.acquire() {
-		t.Fatal("a released slot was not given back")
+	// A member takes the slots kept for members, then none is left.
+	for i := range memberStreamSlots {
+		sl, err := g.acquire(member)
+		if err != nil {
+			t.Fatalf("member slot %d refused: %v", i, err)
+		}
+		held = append(held, sl)
+	}
+	if _, err := g.acquire(member); !isRefusal(err, RefusedBusy) {
+		t.Fatalf("a slot beyond maxStreams: %v", err)
+	}
+	if n := g.stats.StreamsOpen.Load(); n != maxStreams {
+		t.Fatalf("%d open, want %d", n, maxStreams)
+	}
+	g.release(held[0], 0)
+	if _, err := g.acquire(held[0].src); err != nil {
+		t.Fatalf("a released slot was not given back: %v", err)
+	}
+	for _, sl := range held { // held[0]'s slot is held again
+		g.release(sl, 0)
+	}
+	if n := g.stats.StreamsOpen.Load(); n != 0 || len(g.slots.bySource) != 0 || g.slots.strangers != 0 {
+		t.Fatalf("after release: %d open, %d sources, %d strangers", n, len(g.slots.bySource), g.slots.strangers)
 	}
 	if !g.reserve(60) || g.reserve(41) || !g.reserve(40) {
 		t.Fatal("the budget is not 100")
 	}
-	g.release(60)
+	g.release(slot{}, 60)
 	if !g.reserve(60) {
 		t.Fatal("a released reservation was not given back")
 	}
+}
+
+func isRefusal(err error, reason string) bool {
+	var r *errRefused
+	return errors.As(err, &r) && r.reason == reason
 }
 
 // memberlist's own streams (the join's push-pull, a reliable user message)
@@ -174,6 +215,9 @@ func TestStreamGuardPassesMemberlistsOwnStreams(t *testing.T) {
 					if n := s.Transport().StreamsRefused(r); n != 0 {
 						t.Errorf("%s refused %d streams: %s", s.self, n, r)
 					}
+					if n := s.Transport().RepliesRefused(r); n != 0 {
+						t.Errorf("%s refused %d replies: %s", s.self, n, r)
+					}
 				}
 				for _, r := range PacketRefusals {
 					if n := s.Transport().PacketsRefused(r); n != 0 {
@@ -199,5 +243,19 @@ func TestStreamGuardEncryptionNotVerified(t *testing.T) {
 	}
 	if _, err := g.parse(bufio.NewReaderSize(bytes.NewReader(withLabel("l", append([]byte{mlUser}, mpMapInts("UserMsgLen", int64(1<<62))...))), streamPeekSize)); err == nil {
 		t.Fatal("the crash payload passed")
+	}
+}
+
+func TestStreamSourceOf(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"::ffff:192.0.2.7", "192.0.2.7"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::"},
+		{"::1", "::1"},
+	} {
+		if got := sourceOf(netip.MustParseAddr(tt.in)); got != netip.MustParseAddr(tt.want) {
+			t.Errorf("sourceOf(%s) = %s, want %s", tt.in, got, tt.want)
+		}
 	}
 }

@@ -29,6 +29,7 @@ type Syncer struct {
 
 	mu      sync.Mutex
 	pending map[pendingKey]*pendingCounter
+	relay   relayShares // relayed entries of pending by origin (relay.go)
 	seen    map[counterKey]*seenRange
 	meta    []byte
 	rnd     *rand.Rand
@@ -75,10 +76,13 @@ type Syncer struct {
 type counterKey struct{ origin, rule, key string }
 
 // pendingKey names a pending counter: one per window, so that the last
-// counter of a window and the first of the next both go out.
+// counter of a window and the first of the next both go out, and one per
+// epoch, so that a counter of a newer epoch, real or forged, never pushes
+// another generation's counter out of the queue.
 type pendingKey struct {
 	counterKey
 	window uint64
+	epoch  uint64
 }
 
 type pendingCounter struct {
@@ -105,6 +109,9 @@ type Stats struct {
 	// UnknownCounters counts counters of rules this node does not have, or
 	// of keys longer than it accepts: neither charged nor remembered.
 	UnknownCounters atomic.Uint64
+	// RelaysDropped counts counters that were news but not queued for
+	// relaying: their origin's share of the queue, or the queue, was full.
+	RelaysDropped atomic.Uint64
 }
 
 // Stats returns the syncer's counters.

@@ -47,6 +47,10 @@ type transport struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
+	// isMember reports whether an address is a live member's, for the
+	// slots kept for members (see streamSlots); set before open.
+	isMember func(netip.Addr) bool
+
 	// Set by configure before open, read after waitReady.
 	label     string
 	encrypted bool // memberlist accepts encrypted messages only
@@ -164,7 +168,9 @@ func (t *transport) open() { t.readyOnce.Do(func() { close(t.ready) }) }
 func (t *transport) configure(label string, encryption, verifyIncoming bool) {
 	t.label, t.encrypted = label, encryption && verifyIncoming
 	t.guard = &streamGuard{label: label, encryption: encryption, encrypted: t.encrypted, stats: t.stats, log: t.drops,
-		budget: streamBudget, timeout: streamTimeout}
+		budget: streamBudget, timeout: streamTimeout, headerTimeout: streamHeaderTimeout}
+	t.guard.slots.stats = t.stats
+	t.guard.slots.isMember = t.isMember
 }
 
 // waitReady blocks until open or Shutdown; false means Shutdown.
@@ -225,8 +231,14 @@ func (t *transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 
 func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 
+// DialTimeout opens a stream to addr. Its reply is screened before
+// memberlist reads it (see replyguard.go).
 func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", addr, timeout)
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return t.guard.outbound(conn), nil
 }
 
 // DialAddressTimeout is DialTimeout; the node's name is not needed.
@@ -321,29 +333,31 @@ func (t *transport) acceptStreams() {
 			conn.Close()
 			return
 		}
-		if !t.guard.acquire() {
+		src := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		sl, err := t.guard.acquire(src)
+		if err != nil {
 			conn.Close()
-			t.guard.refused(0, conn.RemoteAddr(), refuse(RefusedBusy, "too many streams open"))
+			t.guard.refused(0, conn.RemoteAddr(), err)
 			continue
 		}
 		t.wg.Add(1)
-		go t.screenStream(conn)
+		go t.screenStream(conn, sl)
 	}
 }
 
 // screenStream hands conn to memberlist if its header passes the guard.
-func (t *transport) screenStream(conn *net.TCPConn) {
+func (t *transport) screenStream(conn *net.TCPConn, sl slot) {
 	defer t.wg.Done()
 	t.screenMu.Lock()
 	if t.closing.Load() {
 		t.screenMu.Unlock()
 		conn.Close()
-		t.guard.release(0)
+		t.guard.release(sl, 0)
 		return
 	}
 	t.screening[conn] = struct{}{}
 	t.screenMu.Unlock()
-	gc, declared, err := t.guard.screen(conn)
+	gc, declared, err := t.guard.screen(conn, sl)
 	t.screenMu.Lock()
 	delete(t.screening, conn)
 	if err == nil {

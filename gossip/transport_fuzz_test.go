@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime/metrics"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +183,72 @@ func FuzzTransportPacket(f *testing.F) {
 		for _, c := range conns {
 			c.Write(in)
 			c.Write(fuzzLabelled(in))
+		}
+	})
+}
+
+// FuzzTransportReply answers a plain and an encrypted syncer's join (a
+// push-pull this node opens) with the input, as a peer at a --join address
+// could: the reply is read by memberlist behind the reply guard
+// (replyguard.go). Run one longer with
+//
+//	go test -run '^$' -fuzz '^FuzzTransportReply$' -fuzztime 5m ./gossip
+func FuzzTransportReply(f *testing.F) {
+	for _, s := range fuzzStreamSeeds() {
+		if len(s) > 8 && s[0] == mlHasLabel {
+			f.Add(s[8:]) // replies carry no label
+		}
+		f.Add(s)
+	}
+	oneByteVsn := []byte{mlPushPull, 0x83, 0xa5, 'N', 'o', 'd', 'e', 's', 1, 0xac}
+	oneByteVsn = append(oneByteVsn, "UserStateLen"...)
+	oneByteVsn = append(oneByteVsn, 0, 0xa4, 'J', 'o', 'i', 'n', 0xc2,
+		0x83, 0xa4, 'N', 'a', 'm', 'e', 0xa1, 'x', 0xa4, 'A', 'd', 'd', 'r', 0xc4, 4, 127, 0, 0, 1, 0xa3, 'V', 's', 'n', 0xc4, 1, 1)
+	f.Add(oneByteVsn) // panicked memberlist's verifyProtocol before the reply guard
+	f.Add([]byte{mlErr, 0x81, 0xa5, 'E', 'r', 'r', 'o', 'r', 0xa1, 'x'})
+	targets := fuzzTargets(f)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { l.Close() })
+	// Every stream to the fake peer is answered with the current input:
+	// the join's, and any memberlist opens to members a fuzzed reply named
+	// at the fake's address.
+	var reply atomic.Pointer[[]byte]
+	reply.Store(new([]byte))
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(15 * time.Second))
+				c.Write(*reply.Load())
+				c.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	f.Fuzz(func(t *testing.T, in []byte) {
+		reply.Store(&in)
+		for _, s := range targets {
+			before := heapAllocs()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				s.Join([]string{l.Addr().String()})
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the join did not end")
+			}
+			if got := heapAllocs() - before; got > fuzzAllocBound {
+				t.Fatalf("one reply of %d bytes made the process allocate %d bytes (bound %d)", len(in), got, fuzzAllocBound)
+			}
 		}
 	})
 }

@@ -17,7 +17,8 @@ type TransportStats struct {
 	// (encrypted frame or message lengths; 0 when none was read).
 	BytesRefused atomic.Uint64
 
-	streams [8]atomic.Uint64 // by StreamRefusals index
+	streams [9]atomic.Uint64 // by StreamRefusals index
+	replies [9]atomic.Uint64 // by StreamRefusals index
 	packets [3]atomic.Uint64 // by PacketRefusals index
 }
 
@@ -26,6 +27,16 @@ type TransportStats struct {
 func (s *TransportStats) StreamsRefused(reason string) uint64 {
 	if i := slices.Index(StreamRefusals, reason); i >= 0 {
 		return s.streams[i].Load()
+	}
+	return 0
+}
+
+// RepliesRefused returns how many replies, on streams this node opened
+// (push-pull, join, TCP ping), were refused for reason (one of
+// StreamRefusals) before memberlist read them.
+func (s *TransportStats) RepliesRefused(reason string) uint64 {
+	if i := slices.Index(StreamRefusals, reason); i >= 0 {
+		return s.replies[i].Load()
 	}
 	return 0
 }
@@ -42,6 +53,15 @@ func (s *TransportStats) PacketsRefused(reason string) uint64 {
 func (s *TransportStats) countStream(reason string, declared int64) {
 	if i := slices.Index(StreamRefusals, reason); i >= 0 {
 		s.streams[i].Add(1)
+	}
+	if declared > 0 {
+		s.BytesRefused.Add(uint64(declared))
+	}
+}
+
+func (s *TransportStats) countReply(reason string, declared int64) {
+	if i := slices.Index(StreamRefusals, reason); i >= 0 {
+		s.replies[i].Add(1)
 	}
 	if declared > 0 {
 		s.BytesRefused.Add(uint64(declared))

@@ -132,17 +132,20 @@ func TestGhouseEncryptedShortVersionListLeavesDaemonUp(t *testing.T) {
 }
 
 // The daemon joins a fake peer, which answers the daemon's own push-pull
-// with a node whose version list is 1 byte long: the reply is read by
-// memberlist directly (no guard sees it), plain and encrypted. The join
-// fails, is retried, and the daemon stays up.
+// with a node whose version list is 1 byte long. Plain, the reply guard
+// reads the node states and refuses it before memberlist does; encrypted,
+// the guard cannot read it and memberlist decrypts it, reads the list and
+// refuses the join. Either way the join fails, is retried, and the daemon
+// stays up.
 func TestGhouseShortVersionListInAReplyLeavesDaemonUp(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		key  string
-		args []string
+		name    string
+		key     string
+		args    []string
+		refusal string // what the log says refused the reply
 	}{
-		{"plain", "", []string{"--insecure-gossip"}},
-		{"encrypted", transportTestKey, nil},
+		{"plain", "", []string{"--insecure-gossip"}, "refused a gossip reply"},
+		{"encrypted", transportTestKey, nil, "protocol version (0) is incompatible"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			reply := ghouseShortVsnPushPull()
@@ -161,8 +164,8 @@ func TestGhouseShortVersionListInAReplyLeavesDaemonUp(t *testing.T) {
 				return answered.Load() >= 2
 			})
 			n.assertUp(t, "after replies with a 1-byte version list")
-			eventually(t, "memberlist read the version list and refused the join", func() bool {
-				return strings.Contains(n.p.stderr.String(), "protocol version (0) is incompatible")
+			eventually(t, "the reply was refused: "+tt.refusal, func() bool {
+				return strings.Contains(n.p.stderr.String(), tt.refusal)
 			})
 			if bytes.Contains([]byte(n.p.stderr.String()), []byte("panic")) {
 				t.Fatalf("a panic in the log:\n%s", tail(n.p.stderr.String(), 3000))

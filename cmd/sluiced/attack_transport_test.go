@@ -252,12 +252,12 @@ func flood(n, conc int, limit time.Duration, attack func(i int)) {
 // decrypts) and the 32 open streams' buffers, with room for the collector.
 const transportMemoryBoundMiB = 160
 
-// Strangers without the key flood an encrypted daemon's gossip port: 1,000
-// streams each declaring a 20 MiB encrypted frame (memberlist's own cap,
-// which it would have buffered before checking the key), then 100 declaring
-// just under Sluice's cap and really sending all 12 MiB. The daemon stays
-// up, refuses and counts them, and its peak RSS grows by less than
-// transportMemoryBoundMiB.
+// Strangers without the key, from fifty addresses, flood an encrypted
+// daemon's gossip port: 1,000 streams each declaring a 20 MiB encrypted
+// frame (memberlist's own cap, which it would have buffered before checking
+// the key), then 100 declaring just under Sluice's cap and really sending
+// all 12 MiB. The daemon stays up, refuses and counts them, and its peak
+// RSS grows by less than transportMemoryBoundMiB.
 func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 	n, metrics := startTransportVictim(t, transportTestKey)
 	pid := n.p.cmd.Process.Pid
@@ -266,8 +266,8 @@ func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 	header := func(declared uint32) []byte {
 		return labelled("sluice", be.BigEndian.AppendUint32([]byte{10}, declared))
 	}
-	send := func(declared uint32, body int) {
-		c, err := net.DialTimeout("tcp", n.gossip, 5*time.Second)
+	send := func(i int, declared uint32, body int) {
+		c, err := streamsDialFrom(n.gossip, i)
 		if err != nil {
 			return // refused at the backlog: also fine
 		}
@@ -283,10 +283,10 @@ func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	flood(1000, 50, 60*time.Second, func(int) { send(20<<20, 1<<20) })
+	flood(1000, 50, 60*time.Second, func(i int) { send(i, 20<<20, 1<<20) })
 	t.Logf("1,000 streams declaring 20 MiB each: %s", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	flood(100, 50, 60*time.Second, func(int) { send(12<<20, 12<<20) })
+	flood(100, 50, 60*time.Second, func(i int) { send(i, 12<<20, 12<<20) })
 	t.Logf("100 streams declaring and sending 12 MiB each: %s", time.Since(start).Round(time.Millisecond))
 	n.assertUp(t, "after the flood")
 	hwm := procKiB(t, pid, "VmHWM")
@@ -297,7 +297,7 @@ func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 		t.Fatalf("peak RSS grew by %d MiB under the flood, bound %d MiB", grew, transportMemoryBoundMiB)
 	}
 	refused := 0.0
-	for _, r := range []string{"length", "busy", "budget", "timeout"} {
+	for _, r := range []string{"length", "busy", "budget", "timeout", "source"} {
 		v := transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="`+r+`"}`)
 		t.Logf("refused for %s: %v", r, v)
 		refused += v
@@ -318,9 +318,9 @@ func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 	}
 }
 
-// More than 32 streams held open are refused at once, not queued; once the
-// holders go, streams are accepted again, and a stream that sends nothing
-// is closed within the deadline.
+// Streams held open beyond one source's share (or 32 in all) are refused at
+// once, not queued; once the holders go, streams are accepted again, and a
+// stream that sends nothing is closed within the header deadline (5 s).
 func TestGossipStreamSlotsAndDeadline(t *testing.T) {
 	n, metrics := startTransportVictim(t, "")
 	var held []net.Conn
@@ -336,8 +336,9 @@ func TestGossipStreamSlotsAndDeadline(t *testing.T) {
 		}
 		held = append(held, c) // sends nothing: held until the deadline
 	}
-	eventually(t, "streams beyond 32 are refused as busy", func() bool {
-		return transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="busy"}`) >= 8
+	eventually(t, "streams beyond the caps are refused (busy, or the source's share)", func() bool {
+		return transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="busy"}`)+
+			transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="source"}`) >= 8
 	})
 	if open := transportMetric(t, metrics, "sluice_gossip_streams_open"); open > 32 {
 		t.Fatalf("%v streams open, cap 32", open)
@@ -464,7 +465,7 @@ func TestGossipPlainDeclaredLengthFloodIsBounded(t *testing.T) {
 	junk := make([]byte, 64<<10)
 	start := time.Now()
 	flood(1000, 50, 60*time.Second, func(i int) {
-		c, err := net.DialTimeout("tcp", n.gossip, 5*time.Second)
+		c, err := streamsDialFrom(n.gossip, i)
 		if err != nil {
 			return
 		}
@@ -488,7 +489,7 @@ func TestGossipPlainDeclaredLengthFloodIsBounded(t *testing.T) {
 	hwm := procKiB(t, pid, "VmHWM")
 	grew := (hwm - max(baseHWM, baseRSS)) >> 10
 	t.Logf("RSS before %d MiB, peak after %d MiB: grew %d MiB (bound %d MiB)", baseRSS>>10, hwm>>10, grew, transportMemoryBoundMiB)
-	for _, r := range []string{"length", "busy", "budget", "timeout"} {
+	for _, r := range []string{"length", "busy", "budget", "timeout", "source"} {
 		t.Logf("refused for %s: %v", r, transportMetric(t, metrics, `sluice_gossip_streams_refused_total{reason="`+r+`"}`))
 	}
 	t.Logf("accepted: %v", transportMetric(t, metrics, "sluice_gossip_streams_accepted_total"))
