@@ -49,10 +49,10 @@ const netnsLabel = "netns-prod"
 const netnsGossipPort = "7946"
 
 // netnsRules: rule r as the loopback peers tests have it (burst 100 at
-// 10/s: one allowance is 121 tokens), and slow, a burst of 100 that
-// refills so little (10 an hour) that balances read seconds apart agree
-// to 0.1.
-const netnsRules = peersRules + "  slow:\n    rate: 10/1h\n    burst: 100\n"
+// 10/s: one allowance is 121 tokens); slow, a burst of 100 that refills
+// so little (10 an hour) that balances read seconds apart agree to 0.1;
+// and api, testcluster's loss tests' rule (100/s, burst 100).
+const netnsRules = peersRules + "  slow:\n    rate: 10/1h\n    burst: 100\n  api:\n    rate: 100/1s\n"
 
 // netnsPacketBoundMiB is the most a node's peak RSS may grow from hostile
 // packets, as TestGossipHostilePacketsAreRefused asserts.
@@ -747,4 +747,98 @@ func netnsRogue(t *testing.T, c *netnsCluster, name string, debt, floor float64)
 			t.Errorf("%s does not name the rogue in its suspicious reports:\n%s", n.name, grepLines(m, "suspicious"))
 		}
 	}
+}
+
+// netnsDropped is how many packets the host's iptables INPUT chain has
+// dropped.
+func netnsDropped(t *testing.T, h *netnstest.Host) int64 {
+	t.Helper()
+	out, err := h.Exec("iptables", "-L", "INPUT", "-v", "-x", "-n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[2] == "DROP" {
+			var n int64
+			fmt.Sscan(f[0], &n)
+			total += n
+		}
+	}
+	return total
+}
+
+// netnsDrive offers perNode requests a second for d on each node (paced,
+// bounded in count and time) for one key, and returns how many were
+// admitted cluster-wide, as testcluster's drive does.
+func netnsDrive(c *netnsCluster, rule, key string, perNode []int, d time.Duration) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	deadline := time.Now().Add(d)
+	for i, rate := range perNode {
+		if rate == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second / time.Duration(rate))
+			defer tick.Stop()
+			n := 0
+			for sent := 0; sent < rate*int(d/time.Second+1) && time.Now().Before(deadline); sent++ {
+				<-tick.C
+				if dec := c.nodes[i].c.Allow(context.Background(), rule, key); dec.Allowed && !dec.FailedOpen {
+					n++
+				}
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return total
+}
+
+// With 10% of every packet into each member's eth0 dropped (iptables
+// statistic match, in each member's namespace), skewed load at 5× the
+// limit is held to within 10% of burst + rate × time cluster-wide, the
+// bound of testcluster's TestFaultyNetworkKeepsTheBound, and no member
+// clamps another's honest reports.
+func TestNetnsLossKeepsTheClusterLimit(t *testing.T) {
+	c := startNetnsCluster(t)
+	if _, err := exec.LookPath("iptables"); err != nil {
+		if os.Getenv(netnsRequireEnv) != "" {
+			t.Fatalf("%s is set but iptables is not installed: %v", netnsRequireEnv, err)
+		}
+		t.Skipf("skipped: iptables is not installed (apt-get install iptables): %v", err)
+	}
+	for _, n := range c.nodes {
+		if _, err := n.host.Exec("iptables", "-A", "INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random",
+			"--probability", "0.1", "-j", "DROP"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const secs = 6
+	start := time.Now()
+	got := netnsDrive(c, "api", "hot-key", []int{350, 100, 50}, secs*time.Second)
+	elapsed := time.Since(start).Seconds()
+	want := 100 + 100*elapsed
+	var dropped []int64
+	for _, n := range c.nodes {
+		dropped = append(dropped, netnsDropped(t, n.host))
+	}
+	t.Logf("admitted %d over %.2fs, limit allows %.0f (%.1f%%), with 10%% of packets into each member dropped (dropped %v)",
+		got, elapsed, want, 100*float64(got)/want, dropped)
+	for i, d := range dropped {
+		if d == 0 {
+			t.Errorf("%s's iptables dropped nothing: the loss was not applied", c.nodes[i].name)
+		}
+	}
+	if math.Abs(float64(got)-want) > 0.10*want {
+		t.Errorf("admitted %d, want %.0f ± 10%%", got, want)
+	}
+	c.assertNoneClamped(t)
 }
