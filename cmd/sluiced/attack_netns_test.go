@@ -104,10 +104,11 @@ func netnsStart(t *testing.T, cmd *exec.Cmd) *proc {
 	return p
 }
 
-// netnsStartNode starts a keyed sluiced named name in host h, joining join
-// (host:port) unless it is "", and waits until its socket and admin
-// endpoint answer.
-func netnsStartNode(t *testing.T, h *netnstest.Host, dir, name, keyFile, join string) *netnsNode {
+// netnsStartNode starts sluiced named name in host h, with the gossip
+// security flags security (a key file or --insecure-gossip) and the
+// cluster's label, joining join (host:port) unless it is "", and waits
+// until its socket and admin endpoint answer.
+func netnsStartNode(t *testing.T, h *netnstest.Host, dir, name string, security []string, join string) *netnsNode {
 	t.Helper()
 	rules := filepath.Join(dir, name+"-rules.yaml")
 	if err := os.WriteFile(rules, []byte(netnsRules), 0o600); err != nil {
@@ -116,7 +117,8 @@ func netnsStartNode(t *testing.T, h *netnstest.Host, dir, name, keyFile, join st
 	n := &netnsNode{name: name, host: h, sock: filepath.Join(dir, name+".sock"), gossip: net.JoinHostPort(h.IP, netnsGossipPort),
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: h.DialContext, DisableKeepAlives: true}}}
 	args := []string{"--socket", n.sock, "--rules", rules, "--no-watch", "--node-name", name, "--bind", n.gossip,
-		"--admin-addr", "127.0.0.1:9464", "--gossip-key-file", keyFile, "--cluster-label", netnsLabel, "--gossip-interval", "20ms"}
+		"--admin-addr", "127.0.0.1:9464", "--cluster-label", netnsLabel, "--gossip-interval", "20ms"}
+	args = append(args, security...)
 	if join != "" {
 		args = append(args, "--join", join)
 	}
@@ -225,18 +227,23 @@ type netnsCluster struct {
 	secret   []byte // the gossip key (the keyed rogue has it)
 }
 
-// startNetnsCluster starts the cluster and waits until every member sees
-// the other two alive.
-func startNetnsCluster(t *testing.T) *netnsCluster {
+// startNetnsCluster starts the cluster, keyed (a 0600 key file, never on
+// a command line) or, if insecure, with --insecure-gossip, and waits until
+// every member sees the other two alive.
+func startNetnsCluster(t *testing.T, insecure bool) *netnsCluster {
 	t.Helper()
 	lab := netnsLab(t)
 	dir := tempDir(t)
-	keyFile := secureKeyFile(t, dir, secureKey) // 0600, never on a command line
-	secret, err := base64.StdEncoding.DecodeString(secureKey)
-	if err != nil {
-		t.Fatal(err)
+	security := []string{"--insecure-gossip"}
+	c := &netnsCluster{}
+	if !insecure {
+		secret, err := base64.StdEncoding.DecodeString(secureKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.secret = secret
+		security = []string{"--gossip-key-file", secureKeyFile(t, dir, secureKey)}
 	}
-	c := &netnsCluster{secret: secret}
 	hosts := []*netnstest.Host{lab.Add(), lab.Add(), lab.Add()}
 	c.attacker = lab.Add()
 	for i, h := range hosts {
@@ -244,13 +251,13 @@ func startNetnsCluster(t *testing.T) *netnsCluster {
 		if i > 0 {
 			join = c.nodes[0].gossip
 		}
-		c.nodes = append(c.nodes, netnsStartNode(t, h, dir, fmt.Sprintf("n%d", i+1), keyFile, join))
+		c.nodes = append(c.nodes, netnsStartNode(t, h, dir, fmt.Sprintf("n%d", i+1), security, join))
 	}
 	for _, n := range c.nodes {
-		eventually(t, n.name+" sees three encrypted members alive", func() bool {
+		eventually(t, n.name+" sees three members alive", func() bool {
 			code, body := n.get("/v1/members")
 			var m adminapi.MembersView
-			if code != 200 || json.Unmarshal([]byte(body), &m) != nil || len(m.Members) != 3 || m.Unencrypted != 0 {
+			if code != 200 || json.Unmarshal([]byte(body), &m) != nil || len(m.Members) != 3 || (m.Unencrypted != 0) != insecure {
 				return false
 			}
 			for _, mv := range m.Members {
@@ -394,37 +401,12 @@ func netnsUDP(t *testing.T, from *netnstest.Host) net.PacketConn {
 // with every daemon up and deciding, its peak RSS within the loopback
 // tests' bound, and the cluster still gossiping.
 func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
-	c := startNetnsCluster(t)
+	c := startNetnsCluster(t, false)
 
 	// (a) The 30-byte user-message stream that killed sluiced and the
 	// push-pull whose short version list panicked memberlist, to every
 	// node, with the cluster's label and with the default one.
-	t.Run("crash streams", func(t *testing.T) {
-		before := c.peaks(t)
-		payloads := []struct {
-			name string
-			b    []byte
-		}{
-			{"user message of 2^62 bytes", streamCrashPayload(1 << 62)},
-			{"push-pull with a 1-byte version list", netnsShortVsnPushPull()},
-			{"push-pull of 2^40 nodes", pushPullCrashPayload(1<<40, 0)},
-			{"encrypted frame of 4 GiB", labelled("sluice", []byte{10, 0xff, 0xff, 0xff, 0xff})},
-		}
-		for _, n := range c.nodes {
-			refusedBefore := netnsStreamsRefused(t, n)
-			for _, p := range payloads {
-				for _, b := range [][]byte{p.b, netnsRelabel(t, p.b, netnsLabel)} {
-					netnsSendStream(t, c.attacker, n.gossip, b)
-					n.assertUp(t, fmt.Sprintf("after %s (%d bytes)", p.name, len(b)))
-				}
-			}
-			if got := netnsStreamsRefused(t, n) - refusedBefore; got < float64(2*len(payloads)) {
-				t.Errorf("%s refused %v of the %d streams", n.name, got, 2*len(payloads))
-			}
-		}
-		t.Logf("n1: %s", grepLines(c.nodes[0].metrics(t), "sluice_gossip_streams_refused"))
-		c.assertUp(t, "after the crash streams", before, transportMemoryBoundMiB)
-	})
+	t.Run("crash streams", func(t *testing.T) { netnsCrashStreams(t, c) })
 
 	// (b) Forged plain counter packets from the attacker, and real
 	// encrypted ones captured on a member's link and replayed. The forged
@@ -577,6 +559,44 @@ func (c *netnsCluster) assertNoneClamped(t *testing.T) {
 			}
 		}
 	}
+}
+
+// netnsCrashStreams sends the streams that crashed sluiced or memberlist
+// (each with the default label and with the cluster's) from the attacker
+// to every node: every one is refused and every node stays up.
+func netnsCrashStreams(t *testing.T, c *netnsCluster) {
+	before := c.peaks(t)
+	payloads := []struct {
+		name string
+		b    []byte
+	}{
+		{"user message of 2^62 bytes", streamCrashPayload(1 << 62)},
+		{"push-pull with a 1-byte version list", netnsShortVsnPushPull()},
+		{"push-pull of 2^40 nodes", pushPullCrashPayload(1<<40, 0)},
+		{"encrypted frame of 4 GiB", labelled("sluice", []byte{10, 0xff, 0xff, 0xff, 0xff})},
+	}
+	for _, n := range c.nodes {
+		refusedBefore := netnsStreamsRefused(t, n)
+		for _, p := range payloads {
+			for _, b := range [][]byte{p.b, netnsRelabel(t, p.b, netnsLabel)} {
+				netnsSendStream(t, c.attacker, n.gossip, b)
+				n.assertUp(t, fmt.Sprintf("after %s (%d bytes)", p.name, len(b)))
+			}
+		}
+		if got := netnsStreamsRefused(t, n) - refusedBefore; got < float64(2*len(payloads)) {
+			t.Errorf("%s refused %v of the %d streams", n.name, got, 2*len(payloads))
+		}
+	}
+	t.Logf("n1: %s", grepLines(c.nodes[0].metrics(t), "sluice_gossip_streams_refused"))
+	c.assertUp(t, "after the crash streams", before, transportMemoryBoundMiB)
+}
+
+// On a cluster gossiping in the clear (--insecure-gossip), where the
+// guard reads the streams' plain headers and node states (a keyed node
+// refuses them as unencrypted before that), the crash streams from a
+// stranger are refused too, and every node stays up.
+func TestNetnsCrashStreamsOnAPlainCluster(t *testing.T) {
+	netnsCrashStreams(t, startNetnsCluster(t, true))
 }
 
 // netnsStreamsRefused sums the node's refused streams over every reason.
@@ -808,7 +828,7 @@ func netnsDrive(c *netnsCluster, rule, key string, perNode []int, d time.Duratio
 // bound of testcluster's TestFaultyNetworkKeepsTheBound, and no member
 // clamps another's honest reports.
 func TestNetnsLossKeepsTheClusterLimit(t *testing.T) {
-	c := startNetnsCluster(t)
+	c := startNetnsCluster(t, false)
 	if _, err := exec.LookPath("iptables"); err != nil {
 		if os.Getenv(netnsRequireEnv) != "" {
 			t.Fatalf("%s is set but iptables is not installed: %v", netnsRequireEnv, err)
