@@ -439,15 +439,18 @@ func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
 		})
 
 		// Capture the origin's real packets on the victim's link while the
-		// origin spends 5 tokens of "replayed".
+		// origin spends 6 tokens of "replayed", 2 at a time, each pair
+		// charged by the victim before the next (so in separate packets).
 		capture := netnsCapture(t, victim.host, origin.host.IP, victim.host.IP, 7946)
-		if got := netnsSpend(origin, "slow", "replayed", 5); got != 5 {
-			t.Fatalf("the origin admitted %d of 5 on a fresh key", got)
+		for round := 1; round <= 3; round++ {
+			if got := netnsSpend(origin, "slow", "replayed", 2); got != 2 {
+				t.Fatalf("the origin admitted %d of 2 on a key at %d", got, 100-2*(round-1))
+			}
+			eventually(t, "the victim charges the origin's spend", func() bool {
+				b, _ := victim.key(t, "slow", "replayed")
+				return near(b, float64(100-2*round))
+			})
 		}
-		eventually(t, "the victim charges the origin's 5 tokens", func() bool {
-			b, _ := victim.key(t, "slow", "replayed")
-			return near(b, 95)
-		})
 		packets := capture()
 		if len(packets) == 0 {
 			t.Fatal("no packet from the origin to the victim was captured")
@@ -467,15 +470,15 @@ func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
 			_, held := victim.key(t, "slow", "replay-marker")
 			return held
 		})
-		if b, _ := victim.key(t, "slow", "replayed"); !near(b, 95) {
-			t.Errorf("after %d captured packets replayed 20 times each, the victim's key is at %.2f, want 95 (charged once)", len(packets), b)
+		if b, _ := victim.key(t, "slow", "replayed"); !near(b, 94) {
+			t.Errorf("after %d captured packets replayed 20 times each, the victim's key is at %.2f, want 94 (charged once)", len(packets), b)
 		}
 		for _, n := range c.nodes {
 			if b, held := n.key(t, "r", "forged"); held || b != 100 {
 				t.Errorf("%s: the forged packets charged the key: balance %.1f, held %v", n.name, b, held)
 			}
 		}
-		t.Logf("forged: 80 plain packets (absurd, and posing as %s) charged nothing; replayed: %d captured packets × 20 charged nothing more", origin.name, len(packets))
+		t.Logf("forged: 80 plain packets (absurd, and posing as %s) charged nothing; replayed: %d captured packets (%d bytes) × 20 charged nothing more", origin.name, len(packets), netnsBytes(packets))
 		t.Logf("victim: %s", grepLines(victim.metrics(t), "sluice_gossip_packets_refused|sluice_gossip_bad_packets|sluice_gossip_suspicious"))
 		c.assertUp(t, "after the packets", before, netnsPacketBoundMiB)
 	})
@@ -597,6 +600,15 @@ func netnsCrashStreams(t *testing.T, c *netnsCluster) {
 // stranger are refused too, and every node stays up.
 func TestNetnsCrashStreamsOnAPlainCluster(t *testing.T) {
 	netnsCrashStreams(t, startNetnsCluster(t, true))
+}
+
+// netnsBytes is the total length of packets.
+func netnsBytes(packets [][]byte) int {
+	n := 0
+	for _, p := range packets {
+		n += len(p)
+	}
+	return n
 }
 
 // netnsStreamsRefused sums the node's refused streams over every reason.

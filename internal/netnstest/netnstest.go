@@ -167,7 +167,9 @@ func (h *Host) Exec(name string, args ...string) ([]byte, error) {
 // fn makes belong to the host (and keep to it when used from any
 // goroutine afterwards). Goroutines fn starts do not run in the host. The
 // thread is moved back afterwards; if that fails it is left locked, and
-// the runtime ends it with its goroutine.
+// the runtime ends it with its goroutine. (Threads the runtime starts
+// meanwhile do not inherit the namespace: since Go 1.10 a locked thread
+// never clones new ones itself.)
 func (h *Host) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
