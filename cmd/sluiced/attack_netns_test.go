@@ -489,6 +489,7 @@ func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
 	// just under 12 MiB, 50 at a time.
 	t.Run("pre-auth stream flood", func(t *testing.T) {
 		before := c.peaks(t)
+		c.spendVictim(t, "flood-victim")
 		victim := c.nodes[0]
 		refusedBefore := netnsStreamsRefused(t, victim)
 		junk := make([]byte, 64<<10)
@@ -523,6 +524,7 @@ func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
 		}
 		eventually(t, "every stream is closed", func() bool { return victim.metric(t, "sluice_gossip_streams_open") == 0 })
 		c.assertUp(t, "after the flood", before, transportMemoryBoundMiB)
+		c.assertVictim(t, "flood-victim", "after the flood")
 	})
 
 	// (d) A keyed rogue: it has the key and the label and joins from the
@@ -569,6 +571,7 @@ func (c *netnsCluster) assertNoneClamped(t *testing.T) {
 // to every node: every one is refused and every node stays up.
 func netnsCrashStreams(t *testing.T, c *netnsCluster) {
 	before := c.peaks(t)
+	c.spendVictim(t, "crash-victim")
 	payloads := []struct {
 		name string
 		b    []byte
@@ -592,6 +595,7 @@ func netnsCrashStreams(t *testing.T, c *netnsCluster) {
 	}
 	t.Logf("n1: %s", grepLines(c.nodes[0].metrics(t), "sluice_gossip_streams_refused"))
 	c.assertUp(t, "after the crash streams", before, transportMemoryBoundMiB)
+	c.assertVictim(t, "crash-victim", "after the crash streams")
 }
 
 // On a cluster gossiping in the clear (--insecure-gossip), where the
@@ -600,6 +604,29 @@ func netnsCrashStreams(t *testing.T, c *netnsCluster) {
 // stranger are refused too, and every node stays up.
 func TestNetnsCrashStreamsOnAPlainCluster(t *testing.T) {
 	netnsCrashStreams(t, startNetnsCluster(t, true))
+}
+
+// spendVictim has the second node spend 3 tokens of key under slow, and
+// waits until every node has charged them: the key the attack must leave
+// at 97 everywhere.
+func (c *netnsCluster) spendVictim(t *testing.T, key string) {
+	t.Helper()
+	if got := netnsSpend(c.nodes[1], "slow", key, 3); got != 3 {
+		t.Fatalf("%s admitted %d of 3 on a fresh key", c.nodes[1].name, got)
+	}
+	c.assertVictim(t, key, "before the attack")
+}
+
+// assertVictim waits until every node has key at 97 (the 3 tokens
+// spendVictim spent), failing the test if one never gets there.
+func (c *netnsCluster) assertVictim(t *testing.T, key, when string) {
+	t.Helper()
+	for _, n := range c.nodes {
+		eventually(t, fmt.Sprintf("%s: %s has victim key %s at 97", when, n.name, key), func() bool {
+			b, _ := n.key(t, "slow", key)
+			return near(b, 97)
+		})
+	}
 }
 
 // netnsBytes is the total length of packets.
