@@ -225,6 +225,8 @@ type netnsCluster struct {
 	nodes    []*netnsNode
 	attacker *netnstest.Host
 	secret   []byte // the gossip key (the keyed rogue has it)
+	dir      string
+	security []string // the gossip security flags every node was started with
 }
 
 // startNetnsCluster starts the cluster, keyed (a 0600 key file, never on
@@ -235,7 +237,7 @@ func startNetnsCluster(t *testing.T, insecure bool) *netnsCluster {
 	lab := netnsLab(t)
 	dir := tempDir(t)
 	security := []string{"--insecure-gossip"}
-	c := &netnsCluster{}
+	c := &netnsCluster{dir: dir}
 	if !insecure {
 		secret, err := base64.StdEncoding.DecodeString(secureKey)
 		if err != nil {
@@ -244,6 +246,7 @@ func startNetnsCluster(t *testing.T, insecure bool) *netnsCluster {
 		c.secret = secret
 		security = []string{"--gossip-key-file", secureKeyFile(t, dir, secureKey)}
 	}
+	c.security = security
 	hosts := []*netnstest.Host{lab.Add(), lab.Add(), lab.Add()}
 	c.attacker = lab.Add()
 	for i, h := range hosts {
@@ -868,12 +871,7 @@ func netnsDrive(c *netnsCluster, rule, key string, perNode []int, d time.Duratio
 // clamps another's honest reports.
 func TestNetnsLossKeepsTheClusterLimit(t *testing.T) {
 	c := startNetnsCluster(t, false)
-	if _, err := exec.LookPath("iptables"); err != nil {
-		if os.Getenv(netnsRequireEnv) != "" {
-			t.Fatalf("%s is set but iptables is not installed: %v", netnsRequireEnv, err)
-		}
-		t.Skipf("skipped: iptables is not installed (apt-get install iptables): %v", err)
-	}
+	netnsRequireIptables(t)
 	for _, n := range c.nodes {
 		if _, err := n.host.Exec("iptables", "-A", "INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random",
 			"--probability", "0.1", "-j", "DROP"); err != nil {
@@ -900,4 +898,180 @@ func TestNetnsLossKeepsTheClusterLimit(t *testing.T) {
 		t.Errorf("admitted %d, want %.0f ± 10%%", got, want)
 	}
 	c.assertNoneClamped(t)
+}
+
+// netnsWithin is eventually with its own deadline, for what memberlist's
+// failure detection and rejoin timers pace (seconds, not milliseconds).
+func netnsWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling period
+	}
+}
+
+// alive is how many members n sees alive, or -1 if it does not answer.
+func (n *netnsNode) alive(t *testing.T) int {
+	t.Helper()
+	code, body := n.get("/v1/members")
+	var m adminapi.MembersView
+	if code != 200 || json.Unmarshal([]byte(body), &m) != nil {
+		return -1
+	}
+	alive := 0
+	for _, mv := range m.Members {
+		if mv.State == "alive" {
+			alive++
+		}
+	}
+	return alive
+}
+
+// netnsDropFrom makes h's namespace drop every packet from the given
+// addresses (iptables INPUT), until netnsHeal.
+func netnsDropFrom(t *testing.T, h *netnstest.Host, ips ...string) {
+	t.Helper()
+	for _, ip := range ips {
+		if _, err := h.Exec("iptables", "-A", "INPUT", "-s", ip, "-j", "DROP"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// netnsHeal removes every INPUT rule in h's namespace.
+func netnsHeal(t *testing.T, h *netnstest.Host) {
+	t.Helper()
+	if _, err := h.Exec("iptables", "-F", "INPUT"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// netnsRequireIptables skips the test without iptables (fails under
+// SLUICE_REQUIRE_NETNS).
+func netnsRequireIptables(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("iptables"); err != nil {
+		if os.Getenv(netnsRequireEnv) != "" {
+			t.Fatalf("%s is set but iptables is not installed: %v", netnsRequireEnv, err)
+		}
+		t.Skipf("skipped: iptables is not installed (apt-get install iptables): %v", err)
+	}
+}
+
+// Real processes in namespaces, split {n1, n2} | {n3} by iptables: once
+// the sides have declared each other dead, each holds the limit on its own
+// (within testcluster's TestPartitionEachSideEnforcesThenConverges bounds,
+// 0.9–1.15 × burst + rate × time per side); healed, all three are members
+// again and consumption reaches every node. Then n3 is killed (-9): the
+// others keep deciding, n1 spends a whole burst meanwhile, and n3,
+// restarted in its namespace, learns that debt at join and denies the key.
+// From the crash on, no member clamps another's report.
+func TestNetnsPartitionThenCrash(t *testing.T) {
+	c := startNetnsCluster(t, false)
+	netnsRequireIptables(t)
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+
+	netnsDropFrom(t, n1.host, n3.host.IP)
+	netnsDropFrom(t, n2.host, n3.host.IP)
+	netnsDropFrom(t, n3.host, n1.host.IP, n2.host.IP)
+	split := time.Now()
+	netnsWithin(t, 30*time.Second, "the sides declare each other dead", func() bool {
+		return n1.alive(t) == 2 && n2.alive(t) == 2 && n3.alive(t) == 1
+	})
+	t.Logf("the sides declared each other dead %s after the split", time.Since(split).Round(time.Millisecond))
+	const secs = 3
+	var majority, minority int
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		majority = netnsDrive(c, "api", "split-key", []int{200, 200, 0}, secs*time.Second)
+	}()
+	go func() {
+		defer wg.Done()
+		minority = netnsDrive(c, "api", "split-key", []int{0, 0, 300}, secs*time.Second)
+	}()
+	wg.Wait()
+	limit := 100 + 100*secs
+	t.Logf("during the partition: majority admitted %d, minority %d (limit per side %d)", majority, minority, limit)
+	for side, got := range map[string]int{"majority": majority, "minority": minority} {
+		if float64(got) < 0.9*float64(limit) || float64(got) > 1.15*float64(limit) {
+			t.Errorf("%s side admitted %d, want about the limit %d on its own", side, got, limit)
+		}
+	}
+	for _, n := range c.nodes {
+		netnsHeal(t, n.host)
+	}
+	healed := time.Now()
+	for _, n := range c.nodes {
+		netnsWithin(t, 30*time.Second, n.name+" sees all three members again", func() bool { return n.alive(t) == 3 })
+	}
+	t.Logf("all three members again %s after the heal", time.Since(healed).Round(time.Millisecond))
+	if got := netnsSpend(n3, "slow", "after-heal", 5); got != 5 {
+		t.Fatalf("n3 admitted %d of 5 on a fresh key", got)
+	}
+	for _, n := range c.nodes {
+		eventually(t, n.name+" hears of n3's spend after the heal", func() bool {
+			b, _ := n.key(t, "slow", "after-heal")
+			return b < 95.1
+		})
+	}
+
+	// The sides together admitted about twice the limit: the split key is
+	// in debt deeper than a burst. A node learning that debt by push-pull
+	// takes it as 0 and counts the report as suspicious (issue 15's known
+	// gap, which testcluster's partition tests log rather than fail): the
+	// same here, and the crash below starts once the debt has refilled,
+	// so that from then on no clamp at all is allowed.
+	for _, n := range c.nodes {
+		eventually(t, n.name+"'s split key refills out of debt", func() bool { b, _ := n.key(t, "api", "split-key"); return b > 0 })
+	}
+	clampsBefore := map[string]float64{}
+	for _, n := range c.nodes {
+		clampsBefore[n.name] = c.honestClamps(t, n)
+		if clampsBefore[n.name] > 0 {
+			t.Logf("after the partition, %s clamped %v honest reports (known gap: a debt deeper than a burst learned by push-pull)", n.name, clampsBefore[n.name])
+		}
+	}
+
+	// Crash n3; n1 spends the whole burst of a key while it is down.
+	n3.p.cmd.Process.Kill()
+	<-n3.p.exited
+	n3.p.exited <- nil // for the cleanup
+	n1.assertUp(t, "after n3 was killed")
+	n2.assertUp(t, "after n3 was killed")
+	if got := netnsSpend(n1, "slow", "debtor", 100); got != 100 {
+		t.Fatalf("n1 admitted %d of a fresh burst of 100", got)
+	}
+	eventually(t, "n2 hears of n1's spend", func() bool { b, _ := n2.key(t, "slow", "debtor"); return b < 0.1 })
+	restarted := netnsStartNode(t, n3.host, c.dir, "n3", c.security, n1.gossip)
+	back := time.Now()
+	eventually(t, "the restarted n3 learns the debt it missed", func() bool {
+		b, _ := restarted.key(t, "slow", "debtor")
+		return b < 0.1
+	})
+	t.Logf("the restarted n3 had the debt %s after it served", time.Since(back).Round(time.Millisecond))
+	if d := restarted.c.Allow(context.Background(), "slow", "debtor"); d.Allowed {
+		t.Fatalf("the restarted n3 admitted a key whose burst was spent while it was down: %+v", d)
+	}
+	clampsBefore[restarted.name] = 0 // a new process
+	for _, n := range []*netnsNode{n1, n2, restarted} {
+		if got := c.honestClamps(t, n) - clampsBefore[n.name]; got != 0 {
+			t.Errorf("%s clamped %v honest reports during the crash and restart:\n%s\n%s", n.name, got, grepLines(n.metrics(t), "suspicious"),
+				grepLines(n.p.stderr.String(), "suspicious|clamp"))
+		}
+	}
+}
+
+// honestClamps is how many reports of the cluster's members n has clamped.
+func (c *netnsCluster) honestClamps(t *testing.T, n *netnsNode) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, member := range c.nodes {
+		sum += n.metric(t, `sluice_gossip_suspicious_reports_total{origin="`+member.name+`"}`)
+	}
+	return sum
 }
