@@ -769,11 +769,14 @@ func netnsRogue(t *testing.T, c *netnsCluster, name string, debt, floor float64)
 				return netnsTransport{NodeAwareTransport: tr.(memberlist.NodeAwareTransport), host: c.attacker}
 			}},
 			&rogueLedger{victims: victims, epoch: uint64(time.Now().UnixNano()), debt: debt})
-		return err
+		if err != nil {
+			return err
+		}
+		// Start binds memberlist's sockets: in the attacker's namespace too.
+		return rogue.Start()
 	}); err != nil {
 		t.Fatalf("start the rogue in %s: %v", c.attacker.Name, err)
 	}
-	rogue.Start()
 	defer rogue.Shutdown()
 	for _, n := range c.nodes {
 		eventually(t, n.name+" hears the rogue join", func() bool {

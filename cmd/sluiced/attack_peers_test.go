@@ -268,7 +268,9 @@ func peersRogue(t *testing.T, debt, floor float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rogue.Start()
+	if err := rogue.Start(); err != nil {
+		t.Fatal(err)
+	}
 	defer rogue.Shutdown()
 	eventually(t, "the rogue joins", func() bool { return strings.Contains(pa.stderr.String(), "member joined: name=rogue") })
 	start := time.Now()
