@@ -19,6 +19,11 @@ type BoundedLedger interface {
 	// is one it would not accept from a client (too long): the syncer then
 	// neither charges nor remembers the counter.
 	Allowance(rule, key string) (Allowance, bool)
+	// Balance returns key's balance here under the limit named rule (its
+	// burst for a key without a bucket): a peer's lower balance may take it
+	// no further down than the counters the peer lists could have admitted
+	// (see Syncer.adoptBound).
+	Balance(rule, key string) float64
 }
 
 // Allowance is what one origin could admit of a key: Burst tokens at once
@@ -31,8 +36,7 @@ type Allowance struct {
 	// PerSecond is the limit's rate.
 	PerSecond float64
 	// Soft is how far below zero the limit admits (its soft margin), in
-	// tokens: what an origin whose balance is below zero can still admit
-	// at once. 0 for window algorithms' allowances is not used.
+	// tokens. Informational: Burst already holds it.
 	Soft float64
 }
 
@@ -109,21 +113,51 @@ func satAdd(a, b uint64) uint64 {
 	return a + b
 }
 
-// inDebt records that the origin reported its own balance below zero at
-// now: it can admit no more than its soft margin plus the rate from then
-// on, so its allowance is lowered to that (plus the slack). Adopting a
-// balance in debt is free (an honest one holds other origins' consumption
-// too), and this keeps a rogue from adding a full burst of counters on
-// top of a debt it claimed.
-func (al *allowance) inDebt(a Allowance, now time.Duration) {
-	ceiling := a.Soft + a.PerSecond*allowanceSlack.Seconds() + 1
-	if al.heard == 0 {
-		al.credit, al.heard, al.filled = ceiling, now, now
-		return
+// strangerAllowance is the allowance that all origins that are not members
+// share for one key, and whether a counter drew on it since the last prune.
+type strangerAllowance struct {
+	allow   allowance
+	touched bool
+}
+
+// allowanceLocked returns the allowance a counter of c's key from origin
+// draws on: sr's own for a member this node knows (alive or gone), and for
+// any other name the one that all such names share for the key. The names
+// a peer may make up are unbounded, so each cannot have its own: a packet
+// naming a thousand made-up origins cost a key a thousand allowances.
+// A member's first counters can arrive before this node has seen it join;
+// they share that allowance until it has. Caller holds s.mu.
+func (s *Syncer) allowanceLocked(sr *seenRange, origin string, c Counter) *allowance {
+	if s.memberLocked(origin) {
+		return &sr.allow
 	}
-	if now > al.heard {
-		al.credit += a.PerSecond * (now - al.heard).Seconds()
-		al.heard = now
+	k := [2]string{c.Rule, c.Key}
+	st := s.strangers[k]
+	if st == nil {
+		if s.strangers == nil {
+			s.strangers = map[[2]string]*strangerAllowance{}
+		}
+		if len(s.strangers) >= max(1, s.cfg.MaxSeen) {
+			for victim := range s.strangers { // map iteration starts at a random entry
+				delete(s.strangers, victim)
+				break
+			}
+		}
+		st = &strangerAllowance{}
+		s.strangers[k] = st
 	}
-	al.credit = min(al.credit, ceiling)
+	st.touched = true
+	return &st.allow
+}
+
+// pruneStrangersLocked forgets the shared allowances no counter drew on
+// since the previous prune. Caller holds s.mu.
+func (s *Syncer) pruneStrangersLocked() {
+	for k, st := range s.strangers {
+		if !st.touched {
+			delete(s.strangers, k)
+		} else {
+			st.touched = false
+		}
+	}
 }

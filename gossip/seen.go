@@ -127,6 +127,7 @@ func (s *Syncer) pruneSeen() {
 			sr.touched = false
 		}
 	}
+	s.pruneStrangersLocked()
 	now := s.sinceBorn()
 	for name, r := range s.rejoined {
 		if now-r.at >= rejoinGrace {

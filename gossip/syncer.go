@@ -33,6 +33,9 @@ type Syncer struct {
 	mu      sync.Mutex
 	pending map[pendingKey]*pendingCounter
 	seen    map[counterKey]*seenRange
+	// strangers holds, per (rule, key), the one allowance that every origin
+	// not a member shares (see strangerAllowanceLocked); under mu.
+	strangers map[[2]string]*strangerAllowance
 	meta    []byte
 	rnd     *rand.Rand
 

@@ -1,0 +1,173 @@
+package gossip
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// mergeState applies a peer's push-pull state: its balances and counters.
+//
+// Where the peer's balance is lower, take it, and with it everything the
+// peer had charged for that key (its own counter and the others' it
+// lists), so none of it is charged here again. Elsewhere, charge what the
+// peer's own counter says that this node has not yet heard. With a
+// BoundedLedger, how far below this node's balance a peer's may take it
+// is bounded by what the counters it lists could have admitted (see
+// adoptBound).
+func (s *Syncer) mergeState(b []byte) {
+	origin, entries, seen, err := decodeState(b)
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.badLog.warn(s.log, s.clock(), "dropped a malformed push-pull state", "bytes", len(b), "error", err)
+		return
+	}
+	if origin == s.self {
+		return
+	}
+	s.stats.StatesMerged.Add(1)
+	bounded, _ := s.ledger.(BoundedLedger)
+	now := s.sinceBorn()
+	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	// Entries of keys reset here since the peer counted them are neither
+	// adopted nor charged: the reset forgave them. Entries this node would
+	// not take from a packet (unknown rules, too-long keys, implausible
+	// epochs) are dropped too.
+	allow := make(map[[2]string]Allowance)
+	s.mu.Lock()
+	entries = slices.DeleteFunc(entries, func(e stateEntry) bool {
+		if s.staleLocked(e.c) {
+			return true
+		}
+		a, ok := s.admitLocked(bounded, origin, e.c, nowNanos)
+		if ok && bounded != nil {
+			allow[[2]string{e.c.Rule, e.c.Key}] = a
+		}
+		return !ok
+	})
+	seen = slices.DeleteFunc(seen, func(e seenEntry) bool { return s.staleLocked(e.c) })
+	s.mu.Unlock()
+	var listed map[[2]string][]seenEntry
+	if bounded != nil {
+		listed = make(map[[2]string][]seenEntry, len(allow))
+		for _, e := range seen {
+			if k := [2]string{e.c.Rule, e.c.Key}; e.origin != s.self && e.origin != origin {
+				if _, ok := allow[k]; ok {
+					listed[k] = append(listed[k], e)
+				}
+			}
+		}
+	}
+	adopted := make(map[[2]string]bool)
+	for _, e := range entries {
+		k := [2]string{e.c.Rule, e.c.Key}
+		balance, spent := e.balance, false
+		if a, ok := allow[k]; ok {
+			balance, spent = s.adoptBound(bounded, a, origin, e, listed[k], now)
+		}
+		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) || spent {
+			adopted[k] = true
+		}
+	}
+	var charges []charge
+	s.mu.Lock()
+	for _, e := range entries {
+		if adopted[[2]string{e.c.Rule, e.c.Key}] {
+			s.baselineLocked(origin, e.c)
+			continue
+		}
+		tokens, _, sr := s.applyLocked(origin, e.c)
+		if a, ok := allow[[2]string{e.c.Rule, e.c.Key}]; ok && tokens > 0 {
+			tokens = s.boundLocked(sr, a, origin, e.c, tokens, now)
+		}
+		if tokens > 0 {
+			charges = append(charges, charge{e.c.Rule, e.c.Key, e.c.Window, tokens})
+		}
+	}
+	for _, e := range seen {
+		if e.origin != s.self && adopted[[2]string{e.c.Rule, e.c.Key}] {
+			s.baselineLocked(e.origin, e.c)
+		}
+	}
+	s.mu.Unlock()
+	s.charge(charges)
+}
+
+// adoptBound returns the balance this node may take from origin's state
+// entry e, and whether it spent allowances on it (the entry's counters are
+// then accounted for here, whether or not the ledger took the balance).
+//
+// A peer's balance below this node's is consumption the peer has charged
+// and this node has not: the part of each counter it lists (its own, e,
+// and the others', listed) above what this node has heard of it. So the
+// balance may fall by no more than those parts, each paid from its
+// origin's allowance for the key, as if it had arrived in a packet (see
+// allowance.take): an honest lower balance, however deep after a
+// partition, is taken whole, and a rogue's claim costs no more than its
+// counters could have, from the same allowance its packets draw on.
+// Counters of names that are not members are not counted, and neither is
+// this node's own.
+//
+// What the counters do not explain is not taken: this node's balance is
+// then the better one (a peer that learned of consumption late lost the
+// refill meanwhile). Beyond one burst it is counted as suspicious.
+func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e stateEntry, listed []seenEntry, now time.Duration) (float64, bool) {
+	here := bounded.Balance(e.c.Rule, e.c.Key)
+	gap := here - e.balance
+	if !(gap > 0) || math.IsInf(here, 0) { // not lower (or NaN, or no such rule): the ledger takes nothing
+		return e.balance, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	explained := float64(s.explainLocked(a, origin, e.c, gap, now))
+	for _, l := range listed {
+		if explained >= gap {
+			break
+		}
+		if s.memberLocked(l.origin) {
+			explained += float64(s.explainLocked(a, l.origin, l.c, gap-explained, now))
+		}
+	}
+	if unexplained := gap - explained; unexplained > a.Burst {
+		s.suspectLocked(origin, e.c, "push-pull balance below what its counters explain",
+			uint64(min(unexplained, math.MaxUint64/2)), uint64(explained))
+	}
+	return max(e.balance, here-explained), explained > 0
+}
+
+// explainLocked pays up to want tokens of origin's counter c that this node
+// has not heard from the origin's allowance for c's key, and returns what
+// it paid. A counter of a generation this node does not hold is unheard
+// from its start; one older than the generation held tells nothing new.
+// Caller holds s.mu.
+func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float64, now time.Duration) uint64 {
+	k := counterKey{origin, c.Rule, c.Key}
+	sr := s.seen[k]
+	var heard uint64
+	if sr != nil {
+		if g := sr.gen(c); g != nil {
+			heard = g.hi
+		} else if compareGen(c.Epoch, c.Window, sr.cur.epoch, sr.cur.window) < 0 {
+			return 0
+		}
+	}
+	if c.Used <= heard || want < 1 {
+		return 0
+	}
+	if sr == nil {
+		// Heard first in a state: everything up to Used is in the balance
+		// taken (baselineLocked records it).
+		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}})
+	}
+	return s.allowanceLocked(sr, origin, c).take(a, min(c.Used-heard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now, s.awayLocked(origin, now))
+}
+
+// memberLocked reports whether name is a member this node knows, alive or
+// gone. Caller holds s.mu.
+func (s *Syncer) memberLocked(name string) bool {
+	if _, ok := s.peers[name]; ok {
+		return true
+	}
+	_, ok := s.failed[name]
+	return ok
+}
