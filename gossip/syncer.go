@@ -36,8 +36,8 @@ type Syncer struct {
 	// strangers holds, per (rule, key), the one allowance that every origin
 	// not a member shares (see strangerAllowanceLocked); under mu.
 	strangers map[[2]string]*strangerAllowance
-	meta    []byte
-	rnd     *rand.Rand
+	meta      []byte
+	rnd       *rand.Rand
 
 	// members counts the nodes memberlist has reported joining and not yet
 	// leaving, maintained by the event delegate: receive may run before
