@@ -41,10 +41,21 @@ type Allowance struct {
 }
 
 // allowanceSlack is how much of an origin's rate, in time, the allowance
-// holds beyond its burst: it absorbs packets that arrive closer together on
-// this node's clock than they were sent (delay that varies from packet to
-// packet), so that an honest origin is never clamped.
+// may hold beyond its burst after a report: it absorbs packets that arrive
+// closer together on this node's clock than they were sent (delay that
+// varies from packet to packet) where they are not bounded on the origin's
+// clock (see originTimeLocked), so that an honest origin is never clamped.
+// It caps what an origin saved while reporting below its rate; it grants
+// nothing.
 const allowanceSlack = 2 * time.Second
+
+// firstSlack is how much of an origin's rate, in time, its allowance for a
+// key starts with beyond its burst (and is filled with again by a restart):
+// an origin's own counters are bounded on its clock, so this only absorbs
+// packets reordered on the way, or delayed less than the origin's first
+// packet to this node was. It is the most a forger gains over an honest
+// origin's burst and rate.
+const firstSlack = time.Second
 
 // maxEpochAhead is how far above this node's clock (in Unix nanoseconds) a
 // counter's epoch may be. Epochs start at a daemon's start time and grow by
@@ -54,12 +65,16 @@ const allowanceSlack = 2 * time.Second
 const maxEpochAhead = uint64(time.Hour)
 
 // allowance is the receiver's account of what one origin may still be
-// charged for one key: a token bucket on this node's clock that fills at
-// the limit's rate, without a cap while the origin is silent (a report that
-// follows lost ones may carry all their consumption), and is capped at
-// Burst + rate × allowanceSlack after each report. So an origin is charged
-// at most that cap plus the rate times the time since it was first heard:
-// what a node could really have admitted.
+// charged for one key: a token bucket that starts with Burst + rate ×
+// firstSlack, fills at the limit's rate on the origin's timeline (its
+// stamps placed on this node's clock, see originTimeLocked; this node's
+// clock for what is not stamped by its origin), without a cap while the
+// origin is silent (a report that follows lost ones may carry all their
+// consumption), and is capped at Burst + rate × allowanceSlack after each
+// report. Its time only moves forward and never ahead of this node's
+// clock, so an origin is charged at most Burst + rate × firstSlack plus
+// the rate times the time since it was first heard: what a node could
+// really have admitted.
 //
 // A restarted origin has a full bucket again: a counter of a newer epoch
 // fills the allowance again, at most once per refillSpacing, so a forger
@@ -81,22 +96,24 @@ const rejoinGrace = 30 * time.Second
 // counters of newer epochs (restarts).
 const refillSpacing = 10 * time.Second
 
-// take charges up to tokens against the allowance at now (> 0) under a,
+// take charges up to tokens against the allowance at now (> 0; earlier than
+// the last take for a packet reordered on the way) under a,
 // returning what may be charged. away is how long the origin was away
 // from this node (dead or cut off) before it last rejoined, if it rejoined
 // within rejoinGrace: on its own side it could have admitted the rate for
 // that long, and its first reports after the partition heals carry it.
 func (al *allowance) take(a Allowance, tokens uint64, now, away time.Duration) uint64 {
+	full := a.Burst + a.PerSecond*firstSlack.Seconds() + 1
 	capacity := a.Burst + a.PerSecond*allowanceSlack.Seconds() + 1
 	switch {
 	case al.heard == 0:
-		al.credit, al.filled = capacity+a.PerSecond*away.Seconds(), now
+		al.credit, al.filled = full+a.PerSecond*away.Seconds(), now
 	case al.newEpoch && now-al.filled >= refillSpacing:
-		al.credit, al.filled = capacity, now
+		al.credit, al.filled = max(al.credit+a.PerSecond*max(0, now-al.heard).Seconds(), full), now
 	case now > al.heard:
 		al.credit += a.PerSecond * (now - al.heard).Seconds()
 	}
-	al.heard, al.newEpoch = now, false
+	al.heard, al.newEpoch = max(al.heard, now), false
 	give := tokens
 	if float64(tokens) > al.credit {
 		give = uint64(max(0, math.Floor(al.credit)))

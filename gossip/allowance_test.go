@@ -130,59 +130,124 @@ func TestRogueOriginCostsAtMostTheRate(t *testing.T) {
 		clk.add(20 * time.Millisecond)
 	}
 	elapsed := float64(rounds) * 0.020
-	limit := uint64(100 + 100*allowanceSlack.Seconds() + 1 + 100*elapsed)
+	limit := uint64(100 + 100*firstSlack.Seconds() + 1 + 100*elapsed)
 	if got := l.get("r/victim"); got > limit {
 		t.Fatalf("a rogue reporting 1e6 per round for %.0fs charged %d, more than %d", elapsed, got, limit)
 	}
 }
 
+// packetAt is packet stamped at the instant at.
+func packetAt(sender string, at time.Time, cs ...Counter) []byte {
+	w := newPacketWriter(sender, 1<<16)
+	for _, c := range cs {
+		w.add(sender, c)
+	}
+	return stampPacket(first(w.packets()), uint64(at.UnixNano()))
+}
+
 // An honest origin admitting exactly at the rate, with full bursts after
 // idle spells, reported every 20 ms with packets delayed 0 to 500 ms,
-// reordered and sometimes lost, is never clamped.
+// reordered and sometimes lost, is never clamped: stamped at sending (its
+// counters are bounded on its clock), also when this node handles them in
+// batches a second apart (a busy receiver), and unstamped from a member of
+// an older version (bounded on this node's clock).
 func TestHonestOriginAtTheRateIsNeverClamped(t *testing.T) {
+	tests := []struct {
+		name    string
+		sender  string
+		stamped bool
+		batch   int // rounds between this node's handling of what arrived
+	}{
+		{"stamped", "peer", true, 1},
+		{"stamped, handled in batches a second apart", "peer", true, 50},
+		{"unstamped, from an older member", "old", false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, l, clk := newBoundSyncer()
+			clk.add(3 * time.Second) // the origin's clock runs 3 s behind this node's
+			rnd := rand.New(rand.NewPCG(1, 2))
+			type sent struct {
+				at time.Duration
+				p  []byte
+			}
+			var inFlight []sent
+			var used, prev uint64
+			balance := 100.0 // the origin's own bucket, 100/s burst 100
+			var now time.Duration
+			admitted := uint64(0)
+			for round := range 5000 {
+				now += 20 * time.Millisecond
+				balance = min(100, balance+100*0.020)
+				switch {
+				case round%500 < 100: // idle: the bucket fills
+				case round%500 == 100: // a full burst
+					used += uint64(balance)
+					balance -= math.Floor(balance)
+				default: // at the rate: whatever refilled
+					take := math.Floor(balance)
+					used += uint64(take)
+					balance -= take
+				}
+				clk.add(20 * time.Millisecond)
+				if used > prev {
+					c := Counter{Rule: "r", Key: "k", Epoch: 1, Prev: prev, Used: used}
+					p := packet(s, tt.sender, false, c)
+					if tt.stamped {
+						p = packetAt(tt.sender, clk.now().Add(-3*time.Second), c)
+					}
+					if rnd.IntN(10) > 0 { // 10% lost
+						inFlight = append(inFlight, sent{now + time.Duration(rnd.IntN(500))*time.Millisecond, p})
+					}
+					admitted, prev = used, used
+				}
+				if round%tt.batch != 0 {
+					continue
+				}
+				kept := inFlight[:0]
+				for _, p := range inFlight {
+					if p.at <= now {
+						s.receive(p.p)
+					} else {
+						kept = append(kept, p)
+					}
+				}
+				inFlight = kept
+			}
+			if n := s.stats.SuspiciousReports.Load(); n != 0 {
+				t.Fatalf("an honest origin was clamped %d times (charged %d of %d admitted)", n, l.get("r/k"), admitted)
+			}
+			if bad := s.stats.BadPackets.Load(); bad != 0 {
+				t.Fatalf("%d packets refused", bad)
+			}
+		})
+	}
+}
+
+// Forged stamps buy no time: a rogue member whose first packet is stamped
+// 29 s behind this node's clock and every later one 29 s ahead (the most
+// the stamp window lets through) is charged no more than one that stamps
+// honestly: its allowance's start and the rate on this node's clock.
+func TestForgedStampsBuyNoTime(t *testing.T) {
 	s, l, clk := newBoundSyncer()
-	rnd := rand.New(rand.NewPCG(1, 2))
-	type sent struct {
-		at time.Duration
-		c  Counter
-	}
-	var inFlight []sent
-	var used, prev uint64
-	balance := 100.0 // the origin's own bucket, 100/s burst 100
-	var now time.Duration
-	admitted := uint64(0)
-	for round := range 5000 {
-		now += 20 * time.Millisecond
-		balance = min(100, balance+100*0.020)
-		switch {
-		case round%500 < 100: // idle: the bucket fills
-		case round%500 == 100: // a full burst
-			used += uint64(balance)
-			balance -= math.Floor(balance)
-		default: // at the rate: whatever refilled
-			take := math.Floor(balance)
-			used += uint64(take)
-			balance -= take
+	first := 100 + 100*firstSlack.Seconds() + 1
+	var used uint64
+	const rounds = 1000 // 20 s of 20 ms rounds
+	for i := range rounds {
+		skew := 29 * time.Second
+		if i == 0 {
+			skew = -skew
 		}
-		if used > prev {
-			if rnd.IntN(10) > 0 { // 10% lost
-				inFlight = append(inFlight, sent{now + time.Duration(rnd.IntN(500))*time.Millisecond, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: prev, Used: used}})
-			}
-			admitted, prev = used, used
-		}
+		used += 1_000_000
+		s.receive(packetAt("peer", clk.now().Add(skew), Counter{Rule: "r", Key: "victim", Epoch: 1, Prev: used - 1_000_000, Used: used}))
 		clk.add(20 * time.Millisecond)
-		kept := inFlight[:0]
-		for _, p := range inFlight {
-			if p.at <= now {
-				s.receive(packet(s, "peer", true, p.c))
-			} else {
-				kept = append(kept, p)
-			}
-		}
-		inFlight = kept
 	}
-	if n := s.stats.SuspiciousReports.Load(); n != 0 {
-		t.Fatalf("an honest origin was clamped %d times (charged %d of %d admitted)", n, l.get("r/k"), admitted)
+	elapsed := float64(rounds) * 0.020
+	if got, limit := l.get("r/victim"), uint64(first+100*elapsed); got > limit {
+		t.Fatalf("a rogue forging stamps for %.0fs charged %d, more than %d", elapsed, got, limit)
+	}
+	if s.stats.BadPackets.Load() != 0 {
+		t.Fatalf("stamps within the window were refused")
 	}
 }
 
@@ -298,7 +363,7 @@ func TestUnknownRulesAndLongKeysHoldNoMemory(t *testing.T) {
 // honest debt, however deep, is taken whole; a rogue's claim costs at most
 // its own allowance, the one its packets draw on too.
 func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
-	capacity := 100 + 100*allowanceSlack.Seconds() + 1
+	first := 100 + 100*firstSlack.Seconds() + 1 // what an allowance starts with
 	tests := []struct {
 		name       string
 		away       time.Duration // how long "peer" was away before it rejoined
@@ -310,7 +375,7 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 		suspicious uint64
 	}{
 		{name: "absurd debt, absurd counter", balance: -1e18, own: Counter{Used: math.MaxUint64 / 4},
-			want: 100 - capacity, suspicious: 1},
+			want: 100 - first, suspicious: 1},
 		{name: "debt within a burst, nothing new", balance: -99, own: Counter{Prev: 5, Used: 5},
 			heard: []Counter{{Used: 5}}, want: 95, suspicious: 1},
 		{name: "late learner, nothing new", balance: 40, own: Counter{Prev: 5, Used: 5},

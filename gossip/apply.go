@@ -34,8 +34,17 @@ func (s *Syncer) receive(b []byte) {
 	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
 	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	// The packet's sender and stamp: an origin's own counters are bounded
+	// on its clock (see originTimeLocked).
+	var sender string
+	var sentAt uint64
+	var stamped bool
+	check := func(from string, at uint64, ok bool) error {
+		sender, sentAt, stamped = from, at, ok
+		return s.checkStampLocked(from, at, ok)
+	}
 	s.mu.Lock()
-	_, err := decodeCountersChecked(b, s.checkStampLocked, func(origin string, c Counter) {
+	_, err := decodeCountersChecked(b, check, func(origin string, c Counter) {
 		if origin == s.self || s.staleLocked(c) {
 			return
 		}
@@ -46,14 +55,17 @@ func (s *Syncer) receive(b []byte) {
 		tokens, news, sr := s.applyLocked(origin, c)
 		clamped := false
 		if bounded != nil && tokens > 0 {
-			give := s.boundLocked(sr, a, origin, c, tokens, now)
+			at := now
+			if stamped && origin == sender {
+				at = s.originTimeLocked(origin, sentAt, nowNanos)
+			}
+			give := s.boundLocked(sr, a, origin, c, tokens, at)
 			clamped, tokens = give < tokens, give
 		}
 		if tokens > 0 {
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 		if news && relay && !clamped { // a suspicious counter is not spread further
-
 			s.queueLocked(origin, c, transmits)
 		}
 	})

@@ -128,6 +128,7 @@ func (s *Syncer) pruneSeen() {
 		}
 	}
 	s.pruneStrangersLocked()
+	s.pruneOffsetsLocked()
 	now := s.sinceBorn()
 	for name, r := range s.rejoined {
 		if now-r.at >= rejoinGrace {

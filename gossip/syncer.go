@@ -34,10 +34,13 @@ type Syncer struct {
 	pending map[pendingKey]*pendingCounter
 	seen    map[counterKey]*seenRange
 	// strangers holds, per (rule, key), the one allowance that every origin
-	// not a member shares (see strangerAllowanceLocked); under mu.
+	// not a member shares (see allowanceLocked); under mu.
 	strangers map[[2]string]*strangerAllowance
-	meta      []byte
-	rnd       *rand.Rand
+	// offsets holds, per member, how far its stamps run ahead of this
+	// node's clock (see originTimeLocked); under mu.
+	offsets map[string]int64
+	meta    []byte
+	rnd     *rand.Rand
 
 	// members counts the nodes memberlist has reported joining and not yet
 	// leaving, maintained by the event delegate: receive may run before
