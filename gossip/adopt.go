@@ -159,7 +159,7 @@ func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float
 		// taken (baselineLocked records it).
 		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}})
 	}
-	return s.allowanceLocked(sr, origin, c).take(a, min(c.Used-heard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now, s.awayLocked(origin, now))
+	return s.takeLocked(sr, a, origin, c, min(c.Used-heard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
 }
 
 // memberLocked reports whether name is a member this node knows, alive or

@@ -137,16 +137,21 @@ type strangerAllowance struct {
 	touched bool
 }
 
-// allowanceLocked returns the allowance a counter of c's key from origin
-// draws on: sr's own for a member this node knows (alive or gone), and for
-// any other name the one that all such names share for the key. The names
-// a peer may make up are unbounded, so each cannot have its own: a packet
-// naming a thousand made-up origins cost a key a thousand allowances.
-// A member's first counters can arrive before this node has seen it join;
-// they share that allowance until it has. Caller holds s.mu.
-func (s *Syncer) allowanceLocked(sr *seenRange, origin string, c Counter) *allowance {
+// takeLocked charges up to tokens of origin's counter c against the
+// origin's allowance for c's key, held in sr, at now (see allowance.take),
+// and returns what may be charged. A name that is not a member this node
+// knows (alive or gone) is charged against its own allowance and also
+// against the one that every such name shares for the key: the names a
+// peer may make up are unbounded, so each must not bring a key a new
+// allowance (a packet naming a hundred made-up origins cost a key a
+// hundred allowances), and a member's counters heard before it joined
+// have spent its own allowance all the same. A member's first counters can
+// arrive before this node has seen it join; they share that allowance
+// until it has. Caller holds s.mu.
+func (s *Syncer) takeLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
+	away := s.awayLocked(origin, now)
 	if s.memberLocked(origin) {
-		return &sr.allow
+		return sr.allow.take(a, tokens, now, away)
 	}
 	k := [2]string{c.Rule, c.Key}
 	st := s.strangers[k]
@@ -164,7 +169,7 @@ func (s *Syncer) allowanceLocked(sr *seenRange, origin string, c Counter) *allow
 		s.strangers[k] = st
 	}
 	st.touched = true
-	return &st.allow
+	return sr.allow.take(a, st.allow.take(a, tokens, now, away), now, away)
 }
 
 // pruneStrangersLocked forgets the shared allowances no counter drew on

@@ -586,6 +586,14 @@ func TestMadeUpOriginsShareOneAllowance(t *testing.T) {
 	if got := l.get("r/k"); got > capacity+50 || s.Suspicious()["peer"] != 0 {
 		t.Fatalf("the member's 50 were not charged in full: %d (suspicious %v)", got, s.Suspicious())
 	}
+	// A name that becomes a member keeps what it spent before: it gains no
+	// second allowance by joining.
+	s.receive(packet(s, "newbie", true, Counter{Rule: "r", Key: "k3", Epoch: 1, Used: math.MaxUint64 / 2}))
+	s.peers["newbie"] = memberlist.Node{Name: "newbie", DMax: protoStamped}
+	s.receive(packet(s, "newbie", true, Counter{Rule: "r", Key: "k3", Epoch: 1, Prev: math.MaxUint64 / 2, Used: math.MaxUint64}))
+	if got := l.get("r/k3"); got > capacity {
+		t.Fatalf("a name that joined after its first absurd counter was charged %d, more than one allowance (%d)", got, capacity)
+	}
 	// The shared allowances are reaped like the seen table.
 	s.pruneSeen()
 	s.pruneSeen()

@@ -104,7 +104,7 @@ func (s *Syncer) admitLocked(bounded BoundedLedger, origin string, c Counter, no
 // the origin could have admitted since it was last heard (see allowance),
 // counting the report as suspicious when it claims more. Caller holds s.mu.
 func (s *Syncer) boundLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
-	give := s.allowanceLocked(sr, origin, c).take(a, tokens, now, s.awayLocked(origin, now))
+	give := s.takeLocked(sr, a, origin, c, tokens, now)
 	if give < tokens {
 		s.suspectLocked(origin, c, "more than the origin could have admitted", tokens, give)
 	}

@@ -34,7 +34,7 @@ type Syncer struct {
 	pending map[pendingKey]*pendingCounter
 	seen    map[counterKey]*seenRange
 	// strangers holds, per (rule, key), the one allowance that every origin
-	// not a member shares (see allowanceLocked); under mu.
+	// not a member shares (see takeLocked); under mu.
 	strangers map[[2]string]*strangerAllowance
 	// offsets holds, per member, how far its stamps run ahead of this
 	// node's clock (see originTimeLocked); under mu.

@@ -21,8 +21,9 @@ import (
 	"github.com/sluicelabs/sluice/ipc/mp"
 )
 
-// peersRules: burst 100 at 10/s, so one allowance (burst + 2 s of rate + 1)
-// is 121 tokens, and a key's balance is 100 when nothing consumed it.
+// peersRules: burst 100 at 10/s, so one allowance (what an origin's
+// allowance for a key starts with: burst + 1 s of rate + 1) is 111 tokens,
+// and a key's balance is 100 when nothing consumed it.
 const peersRules = "rules:\n  r:\n    rate: 10/1s\n    burst: 100\n"
 
 // peersCounter is one entry of a counters packet, written by hand as an
@@ -141,10 +142,10 @@ func TestPeersForgedAndReplayedPacketsAreBounded(t *testing.T) {
 		balance, held = peersKey(t, admin, "victim")
 		return held
 	})
-	if balance < 100-121-1 {
-		t.Fatalf("one absurd packet left the victim at %.1f, more than one allowance (121) below its 100", balance)
+	if balance < 100-111-1 {
+		t.Fatalf("one absurd packet left the victim at %.1f, more than one allowance (111) below its 100", balance)
 	}
-	t.Logf("victim balance after the absurd packet: %.1f (100 untouched; one allowance is 121)", balance)
+	t.Logf("victim balance after the absurd packet: %.1f (100 untouched; one allowance is 111)", balance)
 
 	refused := []struct {
 		name string
@@ -231,7 +232,7 @@ func (l *rogueLedger) Adopt(string, string, uint64, float64) bool { return false
 // admitted, paid from the same allowance as the rogue's packets, so on
 // both honest daemons every victim's balance stays within one allowance
 // of the truth (100: nobody consumed anything) in both cases: burst 100 +
-// 2 s of rate + 1 = 121 tokens, and the rate the rogue could really admit
+// 1 s of rate + 1 = 111 tokens, and the rate the rogue could really admit
 // is offset by the bucket's refill. Each victim was trillions in debt
 // before issue 15; the claimed 99 of debt took a victim to −120 before
 // push-pull adoption was bounded by its counters.
@@ -241,8 +242,10 @@ func TestPeersKeyedRogueCannotDrainKeys(t *testing.T) {
 		debt  float64
 		floor float64
 	}{
-		{"absurd debt", -1e12, 100 - 121 - 1},       // one allowance below the truth
-		{"debt within a burst", -99, 100 - 121 - 1}, // the same: the claim is paid from that allowance
+		// One allowance below the truth, and 0.3 s of rate for the two clocks
+		// the rogue's allowance and the victim's bucket fill on.
+		{"absurd debt", -1e12, 100 - 111 - 3},
+		{"debt within a burst", -99, 100 - 111 - 3}, // the same: the claim is paid from that allowance
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { peersRogue(t, tt.debt, tt.floor) })
