@@ -65,7 +65,11 @@ func (s *Syncer) mergeState(b []byte) {
 		if a, ok := allow[k]; ok {
 			balance, spent = s.adoptBound(bounded, a, origin, e, listed[k], now)
 		}
-		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) || spent {
+		// Counters whose consumption was paid for are accounted for here even
+		// when the ledger took nothing (its balance was already as low); for
+		// a window, only when it took the balance (it refuses one of a window
+		// it has left, whose consumption may still count).
+		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) || (spent && e.c.Window == 0) {
 			adopted[k] = true
 		}
 	}
@@ -94,8 +98,9 @@ func (s *Syncer) mergeState(b []byte) {
 }
 
 // adoptBound returns the balance this node may take from origin's state
-// entry e, and whether it spent allowances on it (the entry's counters are
-// then accounted for here, whether or not the ledger took the balance).
+// entry e, and whether it spent allowances on it (for a bucket, the
+// entry's counters are then accounted for here whether or not the ledger
+// took the balance).
 //
 // A peer's balance below this node's is consumption the peer has charged
 // and this node has not: the part of each counter it lists (its own, e,
