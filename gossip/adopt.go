@@ -51,7 +51,7 @@ func (s *Syncer) mergeState(b []byte) {
 	if bounded != nil {
 		listed = make(map[[2]string][]seenEntry, len(allow))
 		for _, e := range seen {
-			if k := [2]string{e.c.Rule, e.c.Key}; e.origin != s.self && e.origin != origin {
+			if k := [2]string{e.c.Rule, e.c.Key}; e.origin != origin {
 				if _, ok := allow[k]; ok {
 					listed[k] = append(listed[k], e)
 				}
@@ -116,9 +116,17 @@ func (s *Syncer) mergeState(b []byte) {
 // What the counters do not explain is not taken: this node's balance is
 // then the better one (a peer that learned of consumption late lost the
 // refill meanwhile). Beyond one burst it is counted as suspicious.
+//
+// The peer's balance lacks what it has not heard of this node's own
+// consumption (after a partition heals, each side's balance lacks the
+// other's): that is taken off it first. Taking a peer's balance as it was
+// dropped this node's own consumption from its balance, and a later honest
+// state was then "deeper than its counters explain". What this takes off
+// can lower the balance taken only as far as the listed counters explain.
 func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e stateEntry, listed []seenEntry, now time.Duration) (float64, bool) {
-	here := bounded.Balance(e.c.Rule, e.c.Key)
-	gap := here - e.balance
+	here, own := bounded.Balance(e.c.Rule, e.c.Key)
+	theirs := e.balance - float64(unheard(s.self, own, listed))
+	gap := here - theirs
 	if !(gap > 0) || math.IsInf(here, 0) { // not lower (or NaN, or no such rule): the ledger takes nothing
 		return e.balance, false
 	}
@@ -129,7 +137,7 @@ func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e
 		if explained >= gap {
 			break
 		}
-		if s.memberLocked(l.origin) {
+		if l.origin != s.self && s.memberLocked(l.origin) {
 			explained += float64(s.explainLocked(a, l.origin, l.c, gap-explained, now))
 		}
 	}
@@ -137,7 +145,20 @@ func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e
 		s.suspectLocked(origin, e.c, "push-pull balance below what its counters explain",
 			uint64(min(unexplained, math.MaxUint64/2)), uint64(explained))
 	}
-	return max(e.balance, here-explained), explained > 0
+	return max(theirs, here-explained), explained > 0
+}
+
+// unheard is how much of own, the counter of this node (self), the
+// counters a peer lists do not hold: this node's consumption the peer's
+// balance lacks.
+func unheard(self string, own Counter, listed []seenEntry) uint64 {
+	heard := uint64(0)
+	for _, l := range listed {
+		if l.origin == self && l.c.Epoch == own.Epoch && l.c.Window == own.Window {
+			heard = max(heard, l.c.Used)
+		}
+	}
+	return own.Used - min(heard, own.Used)
 }
 
 // explainLocked pays up to want tokens of origin's counter c that this node

@@ -20,10 +20,12 @@ type BoundedLedger interface {
 	// neither charges nor remembers the counter.
 	Allowance(rule, key string) (Allowance, bool)
 	// Balance returns key's balance here under the limit named rule (its
-	// burst for a key without a bucket): a peer's lower balance may take it
-	// no further down than the counters the peer lists could have admitted
-	// (see Syncer.adoptBound).
-	Balance(rule, key string) float64
+	// burst for a key without a bucket), and this daemon's own counter for
+	// it (zero if it has none): a peer's lower balance, less what it has
+	// not heard of this daemon's own consumption, may take it no further
+	// down than the counters the peer lists could have admitted (see
+	// Syncer.adoptBound).
+	Balance(rule, key string) (float64, Counter)
 }
 
 // Allowance is what one origin could admit of a key: Burst tokens at once

@@ -25,20 +25,21 @@ type boundLedger struct {
 	amu     sync.Mutex
 	adopted []float64
 	lowered map[string]float64 // by key
+	own     map[string]Counter // this node's own counters, by key
 }
 
 func (l *boundLedger) Allowance(rule, key string) (Allowance, bool) {
 	return l.a, rule == "r" && len(key) <= 16
 }
 
-func (l *boundLedger) Balance(rule, key string) float64 {
+func (l *boundLedger) Balance(rule, key string) (float64, Counter) {
 	l.amu.Lock()
 	defer l.amu.Unlock()
-	return l.a.Burst - float64(l.get(rule+"/"+key)) - l.lowered[key]
+	return l.a.Burst - float64(l.get(rule+"/"+key)) - l.lowered[key] - float64(l.own[key].Used), l.own[key]
 }
 
 func (l *boundLedger) Adopt(rule, key string, _ uint64, balance float64) bool {
-	here := l.Balance(rule, key)
+	here, _ := l.Balance(rule, key)
 	l.amu.Lock()
 	defer l.amu.Unlock()
 	l.adopted = append(l.adopted, balance)
@@ -358,6 +359,9 @@ func TestUnknownRulesAndLongKeysHoldNoMemory(t *testing.T) {
 	}
 }
 
+// bal is a key's balance in l.
+func bal(l *boundLedger, key string) float64 { b, _ := l.Balance("r", key); return b }
+
 // A peer's lower balance is taken no further down than the counters it
 // lists could have admitted, each paid from its origin's allowance: an
 // honest debt, however deep, is taken whole; a rogue's claim costs at most
@@ -371,6 +375,7 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 		own        Counter       // the peer's own counter for k
 		listed     []seenEntry   // others' counters it lists for k
 		heard      []Counter     // peer's counters heard here before the state
+		mine       uint64        // this node's own consumption of k
 		want       float64       // k's balance here after the state
 		suspicious uint64
 	}{
@@ -387,6 +392,14 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 			listed: []seenEntry{{origin: "ghost", c: Counter{Used: 50}}}, want: 100},
 		{name: "this node's own counter explains nothing", balance: 50, own: Counter{Used: 0},
 			listed: []seenEntry{{origin: "me", c: Counter{Used: 50}}}, want: 100},
+		// After a partition: this node admitted 30 the peer has not heard
+		// of; the peer's balance holds its own 60 but not those 30.
+		{name: "a peer that lacks this node's own consumption", mine: 30, balance: 40, own: Counter{Used: 60},
+			want: 40 - 30},
+		{name: "a peer that lacks this node's own and claims more", mine: 30, balance: -500, own: Counter{Used: 60},
+			want: 70 - 60, suspicious: 1},
+		{name: "a peer that heard all of this node's own", mine: 30, balance: 10, own: Counter{Used: 60},
+			listed: []seenEntry{{origin: "me", c: Counter{Used: 30}}}, want: 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -398,7 +411,10 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 				c.Rule, c.Key, c.Epoch = "r", "k", 1
 				s.receive(packet(s, "peer", true, c))
 			}
-			before := l.Balance("r", "k")
+			if tt.mine > 0 {
+				l.own = map[string]Counter{"k": {Rule: "r", Key: "k", Epoch: 1, Used: tt.mine}}
+			}
+			before := bal(l, "k")
 			own := tt.own
 			own.Rule, own.Key, own.Epoch = "r", "k", 1
 			var listed []seenEntry
@@ -407,7 +423,7 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 				listed = append(listed, e)
 			}
 			s.mergeState(encodeState("peer", []stateEntry{{c: own, balance: tt.balance}}, listed))
-			if got := l.Balance("r", "k"); math.Abs(got-tt.want) > 1 {
+			if got := bal(l, "k"); math.Abs(got-tt.want) > 1 {
 				t.Fatalf("balance %v after the state (was %v), want %v", got, before, tt.want)
 			}
 			if got := s.stats.SuspiciousReports.Load(); got != tt.suspicious {
@@ -424,19 +440,19 @@ func TestAdoptedCountersAreNotChargedAgain(t *testing.T) {
 	s, l, clk := newBoundSyncer()
 	s.mergeState(encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 60}, balance: 10}},
 		[]seenEntry{{origin: "old", c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 30}}}))
-	if got := l.Balance("r", "k"); got != 10 {
+	if got := bal(l, "k"); got != 10 {
 		t.Fatalf("balance %v after an explained state, want 10", got)
 	}
 	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 0, Used: 60}))
 	s.receive(packet(s, "old", false, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 0, Used: 30}))
-	if got := l.Balance("r", "k"); got != 10 || s.stats.SuspiciousReports.Load() != 0 {
+	if got := bal(l, "k"); got != 10 || s.stats.SuspiciousReports.Load() != 0 {
 		t.Fatalf("the state's counters, heard again, left the balance at %v (suspicious %d), want 10 and none", got, s.stats.SuspiciousReports.Load())
 	}
 	s.mergeState(encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "drained", Epoch: 1, Used: 1e15}, balance: -1e15}}, nil))
 	clk.add(time.Second)
 	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "drained", Epoch: 1, Prev: 1e15, Used: 2e15}))
 	capacity := 100 + 100*allowanceSlack.Seconds() + 1
-	if got, floor := l.Balance("r", "drained"), 100-capacity-100-1; got < floor {
+	if got, floor := bal(l, "drained"), 100-capacity-100-1; got < floor {
 		t.Fatalf("a rogue's deep state and a counter a second later left the key at %v, below %v (one allowance and a second of rate)", got, floor)
 	}
 }
