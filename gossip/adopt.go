@@ -117,21 +117,26 @@ func (s *Syncer) mergeState(b []byte) {
 // then the better one (a peer that learned of consumption late lost the
 // refill meanwhile). Beyond one burst it is counted as suspicious.
 //
-// The peer's balance lacks what it has not heard of this node's own
-// consumption (after a partition heals, each side's balance lacks the
-// other's): that is taken off it first. Taking a peer's balance as it was
-// dropped this node's own consumption from its balance, and a later honest
-// state was then "deeper than its counters explain". What this takes off
-// can lower the balance taken only as far as the listed counters explain.
+// The peer's balance lacks the consumption this node has charged and the
+// peer has not heard (after a partition heals, each side's balance lacks
+// the other side's): this node's own and other members' counters above
+// what the peer lists of them. That is taken off it first. Taking a peer's
+// balance as it was dropped that consumption from this node's balance,
+// and a later honest state was then "deeper than its counters explain".
+// What this takes off can lower the balance taken only as far as the
+// listed counters explain.
 func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e stateEntry, listed []seenEntry, now time.Duration) (float64, bool) {
 	here, own := bounded.Balance(e.c.Rule, e.c.Key)
-	theirs := e.balance - float64(unheard(s.self, own, listed))
-	gap := here - theirs
-	if !(gap > 0) || math.IsInf(here, 0) { // not lower (or NaN, or no such rule): the ledger takes nothing
+	if math.IsInf(here, 0) || math.IsNaN(here) { // no such rule
 		return e.balance, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	theirs := e.balance - float64(s.unheardLocked(origin, own, e.c, listed))
+	gap := here - theirs
+	if !(gap > 0) { // not lower (or NaN): the ledger takes nothing
+		return e.balance, false
+	}
 	explained := float64(s.explainLocked(a, origin, e.c, gap, now))
 	for _, l := range listed {
 		if explained >= gap {
@@ -141,24 +146,45 @@ func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e
 			explained += float64(s.explainLocked(a, l.origin, l.c, gap-explained, now))
 		}
 	}
-	if unexplained := gap - explained; unexplained > a.Burst {
+	// Suspicion is of what the peer claims, not of what it has not heard
+	// of this node's own (a pruned counter, a member that joined late).
+	if unexplained := here - e.balance - explained; unexplained > a.Burst {
 		s.suspectLocked(origin, e.c, "push-pull balance below what its counters explain",
 			uint64(min(unexplained, math.MaxUint64/2)), uint64(explained))
 	}
 	return max(theirs, here-explained), explained > 0
 }
 
-// unheard is how much of own, the counter of this node (self), the
-// counters a peer lists do not hold: this node's consumption the peer's
-// balance lacks.
-func unheard(self string, own Counter, listed []seenEntry) uint64 {
-	heard := uint64(0)
-	for _, l := range listed {
-		if l.origin == self && l.c.Epoch == own.Epoch && l.c.Window == own.Window {
-			heard = max(heard, l.c.Used)
+// unheardLocked is the consumption of c's key this node has charged or
+// admitted and peer has not heard: this node's own counter (own) and each
+// other member's counter held here, above what the counters the peer lists
+// hold of them in the same generation. Caller holds s.mu.
+func (s *Syncer) unheardLocked(peer string, own Counter, c Counter, listed []seenEntry) uint64 {
+	above := func(name string, g genRange) uint64 {
+		heard := uint64(0)
+		for _, l := range listed {
+			if l.origin == name && l.c.Epoch == g.epoch && l.c.Window == g.window {
+				heard = max(heard, l.c.Used)
+			}
+		}
+		return g.hi - min(heard, g.hi)
+	}
+	total := above(s.self, genRange{epoch: own.Epoch, window: own.Window, hi: own.Used})
+	count := func(name string) {
+		if name == peer || name == s.self {
+			return
+		}
+		if sr := s.seen[counterKey{name, c.Rule, c.Key}]; sr != nil {
+			total = satAdd(total, above(name, sr.cur))
 		}
 	}
-	return own.Used - min(heard, own.Used)
+	for name := range s.peers {
+		count(name)
+	}
+	for name := range s.failed {
+		count(name)
+	}
+	return total
 }
 
 // explainLocked pays up to want tokens of origin's counter c that this node

@@ -376,6 +376,7 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 		listed     []seenEntry   // others' counters it lists for k
 		heard      []Counter     // peer's counters heard here before the state
 		mine       uint64        // this node's own consumption of k
+		oldUsed    uint64        // member "old"'s, heard here before the state
 		want       float64       // k's balance here after the state
 		suspicious uint64
 	}{
@@ -398,6 +399,10 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 			want: 40 - 30},
 		{name: "a peer that lacks this node's own and claims more", mine: 30, balance: -500, own: Counter{Used: 60},
 			want: 70 - 60, suspicious: 1},
+		// A partition heals: this node's side ("me" and "old") admitted 200
+		// each, the peer's side 300; neither side heard the other's.
+		{name: "the other side of a partition", away: 30 * time.Second, mine: 200, oldUsed: 200, balance: -200,
+			own: Counter{Used: 300}, want: -200 - 400},
 		{name: "a peer that heard all of this node's own", mine: 30, balance: 10, own: Counter{Used: 60},
 			listed: []seenEntry{{origin: "me", c: Counter{Used: 30}}}, want: 10},
 	}
@@ -410,6 +415,9 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 			for _, c := range tt.heard {
 				c.Rule, c.Key, c.Epoch = "r", "k", 1
 				s.receive(packet(s, "peer", true, c))
+			}
+			if tt.oldUsed > 0 {
+				s.receive(packet(s, "old", false, Counter{Rule: "r", Key: "k", Epoch: 1, Used: tt.oldUsed}))
 			}
 			if tt.mine > 0 {
 				l.own = map[string]Counter{"k": {Rule: "r", Key: "k", Epoch: 1, Used: tt.mine}}
