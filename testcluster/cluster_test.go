@@ -161,7 +161,8 @@ func TestFaultyNetworkKeepsTheBound(t *testing.T) {
 
 // A partitioned node goes on enforcing the limit on its side: the cluster
 // admits more overall, each side no less than the limit. After healing,
-// balances converge again.
+// balances converge again, and no node clamps a report (start asserts it):
+// each side learns the other's consumption whole, not as a suspicious debt.
 func TestPartitionEachSideEnforcesThenConverges(t *testing.T) {
 	c := start(t, Options{N: 3, GossipInterval: 20 * time.Millisecond, PushPullInterval: 500 * time.Millisecond,
 		Rules: "rules:\n  api:\n    rate: 100/1s\n  slow:\n    rate: 10/1m\n"})
