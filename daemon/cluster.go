@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"time"
@@ -71,6 +72,24 @@ func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
 		burst *= 2
 	}
 	return gossip.Allowance{Burst: burst, PerSecond: lim.PerSecond(), Soft: float64(soft)}, true
+}
+
+// Balance is key's balance here under the limit named rule, and this
+// daemon's own counter for it (see gossip.BoundedLedger); its burst for a
+// key without a bucket, +Inf for a rule this daemon does not have (nothing
+// is adopted for it).
+func (l ledger) Balance(rule, key string) (float64, gossip.Counter) {
+	ar, i, ok := l.d.rules.Load().resolve(rule)
+	if !ok {
+		return math.Inf(1), gossip.Counter{}
+	}
+	k := []byte(key)
+	b, _ := l.d.store.Balance(ar.ns[i], k, ar.LimitsFor(k)[i], l.d.now())
+	var own gossip.Counter
+	if c, ok := l.d.store.Local(ar.ns[i], k); ok {
+		own = gossip.Counter{Rule: rule, Key: key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev}
+	}
+	return b, own
 }
 
 func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {

@@ -19,6 +19,13 @@ type BoundedLedger interface {
 	// is one it would not accept from a client (too long): the syncer then
 	// neither charges nor remembers the counter.
 	Allowance(rule, key string) (Allowance, bool)
+	// Balance returns key's balance here under the limit named rule (its
+	// burst for a key without a bucket), and this daemon's own counter for
+	// it (zero if it has none): a peer's lower balance, less what it has
+	// not heard of this daemon's own consumption, may take it no further
+	// down than the counters the peer lists could have admitted (see
+	// Syncer.adoptBound).
+	Balance(rule, key string) (float64, Counter)
 }
 
 // Allowance is what one origin could admit of a key: Burst tokens at once
@@ -31,16 +38,26 @@ type Allowance struct {
 	// PerSecond is the limit's rate.
 	PerSecond float64
 	// Soft is how far below zero the limit admits (its soft margin), in
-	// tokens: what an origin whose balance is below zero can still admit
-	// at once. 0 for window algorithms' allowances is not used.
+	// tokens. Informational: Burst already holds it.
 	Soft float64
 }
 
 // allowanceSlack is how much of an origin's rate, in time, the allowance
-// holds beyond its burst: it absorbs packets that arrive closer together on
-// this node's clock than they were sent (delay that varies from packet to
-// packet), so that an honest origin is never clamped.
+// may hold beyond its burst after a report: it absorbs packets that arrive
+// closer together on this node's clock than they were sent (delay that
+// varies from packet to packet) where they are not bounded on the origin's
+// clock (see originTimeLocked), so that an honest origin is never clamped.
+// It caps what an origin saved while reporting below its rate; it grants
+// nothing.
 const allowanceSlack = 2 * time.Second
+
+// firstSlack is how much of an origin's rate, in time, its allowance for a
+// key starts with beyond its burst (and is filled with again by a restart):
+// an origin's own counters are bounded on its clock, so this only absorbs
+// packets reordered on the way, or delayed less than the origin's first
+// packet to this node was. It is the most a forger gains over an honest
+// origin's burst and rate.
+const firstSlack = time.Second
 
 // maxEpochAhead is how far above this node's clock (in Unix nanoseconds) a
 // counter's epoch may be. Epochs start at a daemon's start time and grow by
@@ -50,12 +67,16 @@ const allowanceSlack = 2 * time.Second
 const maxEpochAhead = uint64(time.Hour)
 
 // allowance is the receiver's account of what one origin may still be
-// charged for one key: a token bucket on this node's clock that fills at
-// the limit's rate, without a cap while the origin is silent (a report that
-// follows lost ones may carry all their consumption), and is capped at
-// Burst + rate × allowanceSlack after each report. So an origin is charged
-// at most that cap plus the rate times the time since it was first heard:
-// what a node could really have admitted.
+// charged for one key: a token bucket that starts with Burst + rate ×
+// firstSlack, fills at the limit's rate on the origin's timeline (its
+// stamps placed on this node's clock, see originTimeLocked; this node's
+// clock for what is not stamped by its origin), without a cap while the
+// origin is silent (a report that follows lost ones may carry all their
+// consumption), and is capped at Burst + rate × allowanceSlack after each
+// report. Its time only moves forward and never ahead of this node's
+// clock, so an origin is charged at most Burst + rate × firstSlack plus
+// the rate times the time since it was first heard: what a node could
+// really have admitted.
 //
 // A restarted origin has a full bucket again: a counter of a newer epoch
 // fills the allowance again, at most once per refillSpacing, so a forger
@@ -77,22 +98,24 @@ const rejoinGrace = 30 * time.Second
 // counters of newer epochs (restarts).
 const refillSpacing = 10 * time.Second
 
-// take charges up to tokens against the allowance at now (> 0) under a,
+// take charges up to tokens against the allowance at now (> 0; earlier than
+// the last take for a packet reordered on the way) under a,
 // returning what may be charged. away is how long the origin was away
 // from this node (dead or cut off) before it last rejoined, if it rejoined
 // within rejoinGrace: on its own side it could have admitted the rate for
 // that long, and its first reports after the partition heals carry it.
 func (al *allowance) take(a Allowance, tokens uint64, now, away time.Duration) uint64 {
+	full := a.Burst + a.PerSecond*firstSlack.Seconds() + 1
 	capacity := a.Burst + a.PerSecond*allowanceSlack.Seconds() + 1
 	switch {
 	case al.heard == 0:
-		al.credit, al.filled = capacity+a.PerSecond*away.Seconds(), now
+		al.credit, al.filled = full+a.PerSecond*away.Seconds(), now
 	case al.newEpoch && now-al.filled >= refillSpacing:
-		al.credit, al.filled = capacity, now
+		al.credit, al.filled = max(al.credit+a.PerSecond*max(0, now-al.heard).Seconds(), full), now
 	case now > al.heard:
 		al.credit += a.PerSecond * (now - al.heard).Seconds()
 	}
-	al.heard, al.newEpoch = now, false
+	al.heard, al.newEpoch = max(al.heard, now), false
 	give := tokens
 	if float64(tokens) > al.credit {
 		give = uint64(max(0, math.Floor(al.credit)))
@@ -109,21 +132,56 @@ func satAdd(a, b uint64) uint64 {
 	return a + b
 }
 
-// inDebt records that the origin reported its own balance below zero at
-// now: it can admit no more than its soft margin plus the rate from then
-// on, so its allowance is lowered to that (plus the slack). Adopting a
-// balance in debt is free (an honest one holds other origins' consumption
-// too), and this keeps a rogue from adding a full burst of counters on
-// top of a debt it claimed.
-func (al *allowance) inDebt(a Allowance, now time.Duration) {
-	ceiling := a.Soft + a.PerSecond*allowanceSlack.Seconds() + 1
-	if al.heard == 0 {
-		al.credit, al.heard, al.filled = ceiling, now, now
-		return
+// strangerAllowance is the allowance that all origins that are not members
+// share for one key, and whether a counter drew on it since the last prune.
+type strangerAllowance struct {
+	allow   allowance
+	touched bool
+}
+
+// takeLocked charges up to tokens of origin's counter c against the
+// origin's allowance for c's key, held in sr, at now (see allowance.take),
+// and returns what may be charged. A name that is not a member this node
+// knows (alive or gone) is charged against its own allowance and also
+// against the one that every such name shares for the key: the names a
+// peer may make up are unbounded, so each must not bring a key a new
+// allowance (a packet naming a hundred made-up origins cost a key a
+// hundred allowances), and a member's counters heard before it joined
+// have spent its own allowance all the same. A member's first counters can
+// arrive before this node has seen it join; they share that allowance
+// until it has. Caller holds s.mu.
+func (s *Syncer) takeLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
+	away := s.awayLocked(origin, now)
+	if s.memberLocked(origin) {
+		return sr.allow.take(a, tokens, now, away)
 	}
-	if now > al.heard {
-		al.credit += a.PerSecond * (now - al.heard).Seconds()
-		al.heard = now
+	k := [2]string{c.Rule, c.Key}
+	st := s.strangers[k]
+	if st == nil {
+		if s.strangers == nil {
+			s.strangers = map[[2]string]*strangerAllowance{}
+		}
+		if len(s.strangers) >= max(1, s.cfg.MaxSeen) {
+			for victim := range s.strangers { // map iteration starts at a random entry
+				delete(s.strangers, victim)
+				break
+			}
+		}
+		st = &strangerAllowance{}
+		s.strangers[k] = st
 	}
-	al.credit = min(al.credit, ceiling)
+	st.touched = true
+	return sr.allow.take(a, st.allow.take(a, tokens, now, away), now, away)
+}
+
+// pruneStrangersLocked forgets the shared allowances no counter drew on
+// since the previous prune. Caller holds s.mu.
+func (s *Syncer) pruneStrangersLocked() {
+	for k, st := range s.strangers {
+		if !st.touched {
+			delete(s.strangers, k)
+		} else {
+			st.touched = false
+		}
+	}
 }

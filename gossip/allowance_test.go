@@ -16,22 +16,40 @@ import (
 func stampNow(p []byte) []byte { return stampPacket(p, uint64(time.Now().UnixNano())) }
 
 // boundLedger is a memLedger that knows one rule, "r": burst tokens at once
-// and perSecond, keys of at most 16 bytes. Adopt records the balances.
+// and perSecond, keys of at most 16 bytes. A key's balance is the burst less
+// what was charged and what adoptions lowered it by (no refill); Adopt
+// records the balances it is given.
 type boundLedger struct {
 	*memLedger
 	a       Allowance
 	amu     sync.Mutex
 	adopted []float64
+	lowered map[string]float64 // by key
+	own     map[string]Counter // this node's own counters, by key
 }
 
 func (l *boundLedger) Allowance(rule, key string) (Allowance, bool) {
 	return l.a, rule == "r" && len(key) <= 16
 }
 
-func (l *boundLedger) Adopt(_, _ string, _ uint64, balance float64) bool {
+func (l *boundLedger) Balance(rule, key string) (float64, Counter) {
 	l.amu.Lock()
+	defer l.amu.Unlock()
+	return l.a.Burst - float64(l.get(rule+"/"+key)) - l.lowered[key] - float64(l.own[key].Used), l.own[key]
+}
+
+func (l *boundLedger) Adopt(rule, key string, _ uint64, balance float64) bool {
+	here, _ := l.Balance(rule, key)
+	l.amu.Lock()
+	defer l.amu.Unlock()
 	l.adopted = append(l.adopted, balance)
-	l.amu.Unlock()
+	if !(balance < here) {
+		return false
+	}
+	if l.lowered == nil {
+		l.lowered = map[string]float64{}
+	}
+	l.lowered[key] += here - balance
 	return true
 }
 
@@ -113,59 +131,124 @@ func TestRogueOriginCostsAtMostTheRate(t *testing.T) {
 		clk.add(20 * time.Millisecond)
 	}
 	elapsed := float64(rounds) * 0.020
-	limit := uint64(100 + 100*allowanceSlack.Seconds() + 1 + 100*elapsed)
+	limit := uint64(100 + 100*firstSlack.Seconds() + 1 + 100*elapsed)
 	if got := l.get("r/victim"); got > limit {
 		t.Fatalf("a rogue reporting 1e6 per round for %.0fs charged %d, more than %d", elapsed, got, limit)
 	}
 }
 
+// packetAt is packet stamped at the instant at.
+func packetAt(sender string, at time.Time, cs ...Counter) []byte {
+	w := newPacketWriter(sender, 1<<16)
+	for _, c := range cs {
+		w.add(sender, c)
+	}
+	return stampPacket(first(w.packets()), uint64(at.UnixNano()))
+}
+
 // An honest origin admitting exactly at the rate, with full bursts after
 // idle spells, reported every 20 ms with packets delayed 0 to 500 ms,
-// reordered and sometimes lost, is never clamped.
+// reordered and sometimes lost, is never clamped: stamped at sending (its
+// counters are bounded on its clock), also when this node handles them in
+// batches a second apart (a busy receiver), and unstamped from a member of
+// an older version (bounded on this node's clock).
 func TestHonestOriginAtTheRateIsNeverClamped(t *testing.T) {
+	tests := []struct {
+		name    string
+		sender  string
+		stamped bool
+		batch   int // rounds between this node's handling of what arrived
+	}{
+		{"stamped", "peer", true, 1},
+		{"stamped, handled in batches a second apart", "peer", true, 50},
+		{"unstamped, from an older member", "old", false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, l, clk := newBoundSyncer()
+			clk.add(3 * time.Second) // the origin's clock runs 3 s behind this node's
+			rnd := rand.New(rand.NewPCG(1, 2))
+			type sent struct {
+				at time.Duration
+				p  []byte
+			}
+			var inFlight []sent
+			var used, prev uint64
+			balance := 100.0 // the origin's own bucket, 100/s burst 100
+			var now time.Duration
+			admitted := uint64(0)
+			for round := range 5000 {
+				now += 20 * time.Millisecond
+				balance = min(100, balance+100*0.020)
+				switch {
+				case round%500 < 100: // idle: the bucket fills
+				case round%500 == 100: // a full burst
+					used += uint64(balance)
+					balance -= math.Floor(balance)
+				default: // at the rate: whatever refilled
+					take := math.Floor(balance)
+					used += uint64(take)
+					balance -= take
+				}
+				clk.add(20 * time.Millisecond)
+				if used > prev {
+					c := Counter{Rule: "r", Key: "k", Epoch: 1, Prev: prev, Used: used}
+					p := packet(s, tt.sender, false, c)
+					if tt.stamped {
+						p = packetAt(tt.sender, clk.now().Add(-3*time.Second), c)
+					}
+					if rnd.IntN(10) > 0 { // 10% lost
+						inFlight = append(inFlight, sent{now + time.Duration(rnd.IntN(500))*time.Millisecond, p})
+					}
+					admitted, prev = used, used
+				}
+				if round%tt.batch != 0 {
+					continue
+				}
+				kept := inFlight[:0]
+				for _, p := range inFlight {
+					if p.at <= now {
+						s.receive(p.p)
+					} else {
+						kept = append(kept, p)
+					}
+				}
+				inFlight = kept
+			}
+			if n := s.stats.SuspiciousReports.Load(); n != 0 {
+				t.Fatalf("an honest origin was clamped %d times (charged %d of %d admitted)", n, l.get("r/k"), admitted)
+			}
+			if bad := s.stats.BadPackets.Load(); bad != 0 {
+				t.Fatalf("%d packets refused", bad)
+			}
+		})
+	}
+}
+
+// Forged stamps buy no time: a rogue member whose first packet is stamped
+// 29 s behind this node's clock and every later one 29 s ahead (the most
+// the stamp window lets through) is charged no more than one that stamps
+// honestly: its allowance's start and the rate on this node's clock.
+func TestForgedStampsBuyNoTime(t *testing.T) {
 	s, l, clk := newBoundSyncer()
-	rnd := rand.New(rand.NewPCG(1, 2))
-	type sent struct {
-		at time.Duration
-		c  Counter
-	}
-	var inFlight []sent
-	var used, prev uint64
-	balance := 100.0 // the origin's own bucket, 100/s burst 100
-	var now time.Duration
-	admitted := uint64(0)
-	for round := range 5000 {
-		now += 20 * time.Millisecond
-		balance = min(100, balance+100*0.020)
-		switch {
-		case round%500 < 100: // idle: the bucket fills
-		case round%500 == 100: // a full burst
-			used += uint64(balance)
-			balance -= math.Floor(balance)
-		default: // at the rate: whatever refilled
-			take := math.Floor(balance)
-			used += uint64(take)
-			balance -= take
+	first := 100 + 100*firstSlack.Seconds() + 1
+	var used uint64
+	const rounds = 1000 // 20 s of 20 ms rounds
+	for i := range rounds {
+		skew := 29 * time.Second
+		if i == 0 {
+			skew = -skew
 		}
-		if used > prev {
-			if rnd.IntN(10) > 0 { // 10% lost
-				inFlight = append(inFlight, sent{now + time.Duration(rnd.IntN(500))*time.Millisecond, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: prev, Used: used}})
-			}
-			admitted, prev = used, used
-		}
+		used += 1_000_000
+		s.receive(packetAt("peer", clk.now().Add(skew), Counter{Rule: "r", Key: "victim", Epoch: 1, Prev: used - 1_000_000, Used: used}))
 		clk.add(20 * time.Millisecond)
-		kept := inFlight[:0]
-		for _, p := range inFlight {
-			if p.at <= now {
-				s.receive(packet(s, "peer", true, p.c))
-			} else {
-				kept = append(kept, p)
-			}
-		}
-		inFlight = kept
 	}
-	if n := s.stats.SuspiciousReports.Load(); n != 0 {
-		t.Fatalf("an honest origin was clamped %d times (charged %d of %d admitted)", n, l.get("r/k"), admitted)
+	elapsed := float64(rounds) * 0.020
+	if got, limit := l.get("r/victim"), uint64(first+100*elapsed); got > limit {
+		t.Fatalf("a rogue forging stamps for %.0fs charged %d, more than %d", elapsed, got, limit)
+	}
+	if s.stats.BadPackets.Load() != 0 {
+		t.Fatalf("stamps within the window were refused")
 	}
 }
 
@@ -276,34 +359,109 @@ func TestUnknownRulesAndLongKeysHoldNoMemory(t *testing.T) {
 	}
 }
 
-// A push-pull state claiming more than one burst of debt is taken as 0 and
-// empties the sender's allowance for the key, so its counters cannot add a
-// burst on top; an honest lower balance is taken as it is.
-func TestAdoptedBalanceIsBounded(t *testing.T) {
+// bal is a key's balance in l.
+func bal(l *boundLedger, key string) float64 { b, _ := l.Balance("r", key); return b }
+
+// A peer's lower balance is taken no further down than the counters it
+// lists could have admitted, each paid from its origin's allowance: an
+// honest debt, however deep, is taken whole; a rogue's claim costs at most
+// its own allowance, the one its packets draw on too.
+func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
+	first := 100 + 100*firstSlack.Seconds() + 1 // what an allowance starts with
+	tests := []struct {
+		name       string
+		away       time.Duration // how long "peer" was away before it rejoined
+		balance    float64       // the peer's balance for k
+		own        Counter       // the peer's own counter for k
+		listed     []seenEntry   // others' counters it lists for k
+		heard      []Counter     // peer's counters heard here before the state
+		mine       uint64        // this node's own consumption of k
+		oldUsed    uint64        // member "old"'s, heard here before the state
+		want       float64       // k's balance here after the state
+		suspicious uint64
+	}{
+		{name: "absurd debt, absurd counter", balance: -1e18, own: Counter{Used: math.MaxUint64 / 4},
+			want: 100 - first, suspicious: 1},
+		{name: "debt within a burst, nothing new", balance: -99, own: Counter{Prev: 5, Used: 5},
+			heard: []Counter{{Used: 5}}, want: 95, suspicious: 1},
+		{name: "late learner, nothing new", balance: 40, own: Counter{Prev: 5, Used: 5},
+			heard: []Counter{{Used: 5}}, want: 95},
+		{name: "deep debt after a partition", away: 30 * time.Second, balance: -3000, own: Counter{Used: 3100}, want: -3000},
+		{name: "explained by a member's counter", balance: 50, own: Counter{Used: 0},
+			listed: []seenEntry{{origin: "old", c: Counter{Used: 50}}}, want: 50},
+		{name: "a made-up origin explains nothing", balance: 50, own: Counter{Used: 0},
+			listed: []seenEntry{{origin: "ghost", c: Counter{Used: 50}}}, want: 100},
+		{name: "this node's own counter explains nothing", balance: 50, own: Counter{Used: 0},
+			listed: []seenEntry{{origin: "me", c: Counter{Used: 50}}}, want: 100},
+		// After a partition: this node admitted 30 the peer has not heard
+		// of; the peer's balance holds its own 60 but not those 30.
+		{name: "a peer that lacks this node's own consumption", mine: 30, balance: 40, own: Counter{Used: 60},
+			want: 40 - 30},
+		{name: "a peer that lacks this node's own and claims more", mine: 30, balance: -500, own: Counter{Used: 60},
+			want: 70 - 60, suspicious: 1},
+		// A partition heals: this node's side ("me" and "old") admitted 200
+		// each, the peer's side 300; neither side heard the other's.
+		{name: "the other side of a partition", away: 30 * time.Second, mine: 200, oldUsed: 200, balance: -200,
+			own: Counter{Used: 300}, want: -200 - 400},
+		{name: "a peer that heard all of this node's own", mine: 30, balance: 10, own: Counter{Used: 60},
+			listed: []seenEntry{{origin: "me", c: Counter{Used: 30}}}, want: 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, l, _ := newBoundSyncer()
+			if tt.away > 0 {
+				s.rejoined = map[string]rejoin{"peer": {at: s.sinceBorn(), away: tt.away}}
+			}
+			for _, c := range tt.heard {
+				c.Rule, c.Key, c.Epoch = "r", "k", 1
+				s.receive(packet(s, "peer", true, c))
+			}
+			if tt.oldUsed > 0 {
+				s.receive(packet(s, "old", false, Counter{Rule: "r", Key: "k", Epoch: 1, Used: tt.oldUsed}))
+			}
+			if tt.mine > 0 {
+				l.own = map[string]Counter{"k": {Rule: "r", Key: "k", Epoch: 1, Used: tt.mine}}
+			}
+			before := bal(l, "k")
+			own := tt.own
+			own.Rule, own.Key, own.Epoch = "r", "k", 1
+			var listed []seenEntry
+			for _, e := range tt.listed {
+				e.c.Rule, e.c.Key, e.c.Epoch = "r", "k", 1
+				listed = append(listed, e)
+			}
+			s.mergeState(encodeState("peer", []stateEntry{{c: own, balance: tt.balance}}, listed))
+			if got := bal(l, "k"); math.Abs(got-tt.want) > 1 {
+				t.Fatalf("balance %v after the state (was %v), want %v", got, before, tt.want)
+			}
+			if got := s.stats.SuspiciousReports.Load(); got != tt.suspicious {
+				t.Fatalf("suspicious reports %d, want %d (%v)", got, tt.suspicious, s.Suspicious())
+			}
+		})
+	}
+}
+
+// What a state's counters paid for is accounted for: the same counters
+// arriving later in packets charge nothing, and a rogue whose state
+// emptied its allowance is charged only the rate after it.
+func TestAdoptedCountersAreNotChargedAgain(t *testing.T) {
 	s, l, clk := newBoundSyncer()
-	state := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1, Prev: 1}, balance: -1e18}}, nil)
-	s.mergeState(state)
-	if len(l.adopted) != 1 || l.adopted[0] != 0 {
-		t.Fatalf("adopted %v, want [0]", l.adopted)
+	s.mergeState(encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 60}, balance: 10}},
+		[]seenEntry{{origin: "old", c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 30}}}))
+	if got := bal(l, "k"); got != 10 {
+		t.Fatalf("balance %v after an explained state, want 10", got)
 	}
-	if s.stats.SuspiciousReports.Load() != 1 {
-		t.Fatal("the deep balance was not counted as suspicious")
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 0, Used: 60}))
+	s.receive(packet(s, "old", false, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 0, Used: 30}))
+	if got := bal(l, "k"); got != 10 || s.stats.SuspiciousReports.Load() != 0 {
+		t.Fatalf("the state's counters, heard again, left the balance at %v (suspicious %d), want 10 and none", got, s.stats.SuspiciousReports.Load())
 	}
+	s.mergeState(encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "drained", Epoch: 1, Used: 1e15}, balance: -1e15}}, nil))
 	clk.add(time.Second)
-	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 1, Used: 1e12}))
-	if got := l.get("r/k"); got > 100 {
-		t.Fatalf("a second after the deep state, a counter charged %d, want at most the rate (100)", got)
-	}
-	honest := encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "h", Epoch: 1, Used: 1, Prev: 1}, balance: -40}}, nil)
-	s.mergeState(honest)
-	if got := l.adopted[len(l.adopted)-1]; got != -40 {
-		t.Fatalf("an honest lower balance was taken as %v, want -40", got)
-	}
-	// An origin that said it was in debt can then admit only the rate
-	// (and the slack): its absurd counter adds no burst on top.
-	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "h", Epoch: 1, Prev: 1, Used: 1e12}))
-	if got, max := l.get("r/h"), uint64(100*allowanceSlack.Seconds()+1); got > max {
-		t.Fatalf("after a state in debt, a counter charged %d, want at most %d", got, max)
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "drained", Epoch: 1, Prev: 1e15, Used: 2e15}))
+	capacity := 100 + 100*allowanceSlack.Seconds() + 1
+	if got, floor := bal(l, "drained"), 100-capacity-100-1; got < floor {
+		t.Fatalf("a rogue's deep state and a counter a second later left the key at %v, below %v (one allowance and a second of rate)", got, floor)
 	}
 }
 
@@ -423,5 +581,65 @@ func TestClampedCountersAreNotRelayed(t *testing.T) {
 	}
 	if len(keys) != 1 || keys[0] != "honest" {
 		t.Fatalf("pending relays %v, want [honest]", keys)
+	}
+}
+
+// Origins that are not members share one allowance per key: a packet
+// naming a hundred made-up origins, or packets from fifty made-up senders,
+// cost a key one allowance, where each name had its own before (a hundred
+// made-up origins charged 30,100 tokens here, a hundred allowances).
+func TestMadeUpOriginsShareOneAllowance(t *testing.T) {
+	capacity := uint64(100 + 100*allowanceSlack.Seconds() + 1)
+	s, l, _ := newBoundSyncer()
+	w := newPacketWriter("peer", 1<<16)
+	for i := range 100 {
+		w.add("made-up-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26)), Counter{Rule: "r", Key: "k", Epoch: 1, Used: math.MaxUint64})
+	}
+	s.receive(stampPacket(first(w.packets()), uint64(s.clock().UnixNano())))
+	for i := range 50 {
+		s.receive(packet(s, "sender-"+string(rune('a'+i%26))+string(rune('a'+i/26)), true, Counter{Rule: "r", Key: "k2", Epoch: 1, Used: math.MaxUint64}))
+	}
+	if got := l.get("r/k"); got > capacity {
+		t.Fatalf("100 made-up origins in one packet charged %d, more than one allowance (%d)", got, capacity)
+	}
+	if got := l.get("r/k2"); got > capacity {
+		t.Fatalf("50 made-up senders charged %d, more than one allowance (%d)", got, capacity)
+	}
+	// A member keeps its own allowance beside them.
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Used: 50}))
+	if got := l.get("r/k"); got > capacity+50 || s.Suspicious()["peer"] != 0 {
+		t.Fatalf("the member's 50 were not charged in full: %d (suspicious %v)", got, s.Suspicious())
+	}
+	// A name that becomes a member keeps what it spent before: it gains no
+	// second allowance by joining.
+	s.receive(packet(s, "newbie", true, Counter{Rule: "r", Key: "k3", Epoch: 1, Used: math.MaxUint64 / 2}))
+	s.peers["newbie"] = memberlist.Node{Name: "newbie", DMax: protoStamped}
+	s.receive(packet(s, "newbie", true, Counter{Rule: "r", Key: "k3", Epoch: 1, Prev: math.MaxUint64 / 2, Used: math.MaxUint64}))
+	if got := l.get("r/k3"); got > capacity {
+		t.Fatalf("a name that joined after its first absurd counter was charged %d, more than one allowance (%d)", got, capacity)
+	}
+	// The shared allowances are reaped like the seen table.
+	s.pruneSeen()
+	s.pruneSeen()
+	if len(s.strangers) != 0 {
+		t.Fatalf("%d shared allowances left after two idle prunes", len(s.strangers))
+	}
+}
+
+// Bounding a member's counter allocates nothing.
+func TestBoundingAllocatesNothing(t *testing.T) {
+	s, _, clk := newBoundSyncer()
+	c := Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _, sr := s.applyLocked("peer", c)
+	a := Allowance{Burst: 100, PerSecond: 100}
+	if n := testing.AllocsPerRun(1000, func() {
+		clk.add(20 * time.Millisecond) // 2 tokens refill, 1 is charged: never clamped
+		if s.boundLocked(sr, a, "peer", c, 1, s.sinceBorn()) != 1 {
+			t.Fatal("clamped")
+		}
+	}); n != 0 {
+		t.Fatalf("boundLocked allocates %v times per call", n)
 	}
 }

@@ -34,8 +34,17 @@ func (s *Syncer) receive(b []byte) {
 	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
 	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	// The packet's sender and stamp: an origin's own counters are bounded
+	// on its clock (see originTimeLocked).
+	var sender string
+	var sentAt uint64
+	var stamped bool
+	check := func(from string, at uint64, ok bool) error {
+		sender, sentAt, stamped = from, at, ok
+		return s.checkStampLocked(from, at, ok)
+	}
 	s.mu.Lock()
-	_, err := decodeCountersChecked(b, s.checkStampLocked, func(origin string, c Counter) {
+	_, err := decodeCountersChecked(b, check, func(origin string, c Counter) {
 		if origin == s.self || s.staleLocked(c) {
 			return
 		}
@@ -46,14 +55,17 @@ func (s *Syncer) receive(b []byte) {
 		tokens, news, sr := s.applyLocked(origin, c)
 		clamped := false
 		if bounded != nil && tokens > 0 {
-			give := s.boundLocked(sr, a, origin, c, tokens, now)
+			at := now
+			if stamped && origin == sender {
+				at = s.originTimeLocked(origin, sentAt, nowNanos)
+			}
+			give := s.boundLocked(sr, a, origin, c, tokens, at)
 			clamped, tokens = give < tokens, give
 		}
 		if tokens > 0 {
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 		if news && relay && !clamped { // a suspicious counter is not spread further
-
 			s.relayLocked(origin, c, transmits)
 		}
 	})
@@ -92,20 +104,27 @@ func (s *Syncer) admitLocked(bounded BoundedLedger, origin string, c Counter, no
 // the origin could have admitted since it was last heard (see allowance),
 // counting the report as suspicious when it claims more. Caller holds s.mu.
 func (s *Syncer) boundLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
-	// A member back from being away (dead to this node, or cut off) may
-	// report what it admitted meanwhile; its counters can arrive before
-	// this node has seen it rejoin, while it is still listed as failed.
-	var away time.Duration
-	if r, ok := s.rejoined[origin]; ok && now-r.at < rejoinGrace {
-		away = r.away
-	} else if f, ok := s.failed[origin]; ok {
-		away = time.Since(f.since)
-	}
-	give := sr.allow.take(a, tokens, now, away)
+	give := s.takeLocked(sr, a, origin, c, tokens, now)
 	if give < tokens {
 		s.suspectLocked(origin, c, "more than the origin could have admitted", tokens, give)
 	}
 	return give
+}
+
+// awayLocked is how long origin was away from this node (dead to it, or cut
+// off) before it last rejoined, if it rejoined within rejoinGrace, or how
+// long it has been away if it is still listed as failed: on its own side it
+// could have admitted the rate for that long, and its first reports after
+// the partition heals carry it (its counters can arrive before this node
+// sees it rejoin). 0 for an origin that was never away. Caller holds s.mu.
+func (s *Syncer) awayLocked(origin string, now time.Duration) time.Duration {
+	if r, ok := s.rejoined[origin]; ok && now-r.at < rejoinGrace {
+		return r.away
+	}
+	if f, ok := s.failed[origin]; ok {
+		return max(0, time.Since(f.since))
+	}
+	return 0
 }
 
 func (s *Syncer) charge(charges []charge) {

@@ -127,6 +127,8 @@ func (s *Syncer) pruneSeen() {
 			sr.touched = false
 		}
 	}
+	s.pruneStrangersLocked()
+	s.pruneOffsetsLocked()
 	now := s.sinceBorn()
 	for name, r := range s.rejoined {
 		if now-r.at >= rejoinGrace {

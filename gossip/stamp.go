@@ -72,3 +72,45 @@ func (s *Syncer) checkStampLocked(sender string, sentAt uint64, stamped bool) er
 	}
 	return nil
 }
+
+// originTimeLocked places a member's counters packet, stamped at sentAt on
+// its clock, on this node's: at the stamp less the most the member's stamps
+// have run ahead of this node's clock (nowNanos) in any packet it sent, as
+// a duration since the syncer was made (like sinceBorn). The origin's
+// allowance fills on that time.
+//
+// So packets that were delayed on the way or queued here (a busy node
+// handles a batch at once) are bounded on the origin's own timeline, as
+// far apart as they were sent: delay and jitter do not eat an honest
+// origin's allowance. And a forged stamp buys nothing: the result is never
+// ahead of this node's clock (a stamp further ahead raises the offset
+// with it), and an allowance fills only when its time moves forward (see
+// allowance.take), so what one origin is allowed on a key grows no faster
+// than the rate on this node's clock. Names that are not members, whose number is
+// not bounded, are placed at nowNanos. Caller holds s.mu.
+func (s *Syncer) originTimeLocked(origin string, sentAt, nowNanos uint64) time.Duration {
+	now := time.Duration(int64(nowNanos)-s.born.UnixNano()) + 1
+	if !s.memberLocked(origin) || sentAt > 1<<63-1 || nowNanos > 1<<63-1 {
+		return max(now, 1)
+	}
+	ahead := int64(sentAt) - int64(nowNanos)
+	if off, ok := s.offsets[origin]; ok && off >= ahead {
+		ahead = off
+	} else if ok || len(s.offsets) < maxOrigins {
+		if s.offsets == nil {
+			s.offsets = map[string]int64{}
+		}
+		s.offsets[origin] = ahead
+	}
+	return max(now+time.Duration(int64(sentAt)-int64(nowNanos)-ahead), 1)
+}
+
+// pruneOffsetsLocked forgets the offsets of names that are no longer
+// members. Caller holds s.mu.
+func (s *Syncer) pruneOffsetsLocked() {
+	for name := range s.offsets {
+		if !s.memberLocked(name) {
+			delete(s.offsets, name)
+		}
+	}
+}

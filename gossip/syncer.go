@@ -31,6 +31,12 @@ type Syncer struct {
 	pending map[pendingKey]*pendingCounter
 	relay   relayShares // relayed entries of pending by origin (relay.go)
 	seen    map[counterKey]*seenRange
+	// strangers holds, per (rule, key), the one allowance that every origin
+	// not a member shares (see takeLocked); under mu.
+	strangers map[[2]string]*strangerAllowance
+	// offsets holds, per member, how far its stamps run ahead of this
+	// node's clock (see originTimeLocked); under mu.
+	offsets map[string]int64
 	meta    []byte
 	rnd     *rand.Rand
 
