@@ -1,0 +1,112 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+// Server is a gRPC server of the rate limit service on one or more
+// listeners. Create it with Listen, run it with Serve, end it with Shutdown.
+type Server struct {
+	grpc      *grpc.Server
+	listeners []net.Listener
+	wg        sync.WaitGroup
+}
+
+// Listen binds every address ("unix:/path" or "host:port"; a stale Unix
+// socket nobody answers on is replaced) and registers svc on a new gRPC
+// server. socketMode is applied to Unix sockets. On error, what was bound is
+// closed.
+func Listen(addrs []string, socketMode os.FileMode, svc *Service) (*Server, error) {
+	s := &Server{grpc: grpc.NewServer()}
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
+	for _, a := range addrs {
+		l, err := listen(a, socketMode)
+		if err != nil {
+			for _, l := range s.listeners {
+				l.Close()
+			}
+			return nil, fmt.Errorf("envoy rate limit service: listen %s: %w", a, err)
+		}
+		s.listeners = append(s.listeners, l)
+	}
+	return s, nil
+}
+
+func listen(addr string, mode os.FileMode) (net.Listener, error) {
+	path, unix := strings.CutPrefix(addr, "unix:")
+	if !unix {
+		return net.Listen("tcp", addr)
+	}
+	if path == "" {
+		return nil, errors.New("empty socket path")
+	}
+	l, err := net.Listen("unix", path)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		// In use, or left behind by a daemon that died: replace it only if
+		// nobody answers and it is a socket.
+		if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
+			c.Close()
+			return nil, err
+		}
+		if fi, serr := os.Lstat(path); serr != nil || fi.Mode()&os.ModeSocket == 0 {
+			return nil, err
+		}
+		if rerr := os.Remove(path); rerr != nil {
+			return nil, fmt.Errorf("removing stale socket: %w", rerr)
+		}
+		l, err = net.Listen("unix", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// Addrs returns the bound addresses (a TCP port of 0 resolved).
+func (s *Server) Addrs() []net.Addr {
+	out := make([]net.Addr, len(s.listeners))
+	for i, l := range s.listeners {
+		out[i] = l.Addr()
+	}
+	return out
+}
+
+// Serve serves every listener in the background until Shutdown.
+func (s *Server) Serve() {
+	for _, l := range s.listeners {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = s.grpc.Serve(l) // returns when stopped
+		}()
+	}
+}
+
+// Shutdown stops accepting and lets calls in flight finish until ctx ends,
+// then closes what is left. Unix socket files are removed.
+func (s *Server) Shutdown(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+	s.wg.Wait()
+}
