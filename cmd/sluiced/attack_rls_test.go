@@ -368,3 +368,28 @@ func TestRLSClusterLimitHoldsAcrossThreeNodes(t *testing.T) {
 		}
 	}
 }
+
+// SIGTERM ends the rate limit service with the daemon: the process exits 0
+// and the gRPC socket file is gone.
+func TestRLSShutsDownWithTheDaemon(t *testing.T) {
+	dir := tempDir(t)
+	p, unixTarget, _, _ := rlsStart(t, dir, rlsConfig)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sluiced did not exit within 30s of SIGTERM\n%s", p.stderr.String())
+	}
+	if _, err := os.Stat(strings.TrimPrefix(unixTarget, "unix:")); !os.IsNotExist(err) {
+		t.Fatalf("the gRPC socket is left behind: %v", err)
+	}
+	if !strings.Contains(p.stderr.String(), "envoy rate limit service stopped") {
+		t.Fatalf("no stop logged:\n%s", p.stderr.String())
+	}
+}
