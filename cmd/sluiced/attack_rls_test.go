@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
 
 // These tests call a real sluiced as Envoy does: the generated
@@ -297,17 +299,28 @@ func TestRLSConfigHotReload(t *testing.T) {
 	if err := os.Mkdir(dir2, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	p2, target2, _, cfgPath2 := rlsStart(t, dir2, rlsConfig, "--no-watch")
+	admin := "127.0.0.1:" + freePort(t)
+	p2, target2, _, cfgPath2 := rlsStart(t, dir2, rlsConfig, "--no-watch", "--admin-addr", admin)
 	c2 := rlsClient(t, target2)
 	cfgPath = cfgPath2
 	write(rlsConfig + "  - key: tenant\n    rate_limit: {unit: week, requests_per_unit: 9}\n")
 	if err := p2.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "SIGHUP loads the new file", func() bool {
+	limit2 := func() uint32 {
 		r := rlsCall(t, c2, &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*ratelimitv3.RateLimitDescriptor{rlsDesc("tenant", "t1")}})
-		return r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() == 9
-	})
+		return r.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	eventually(t, "SIGHUP loads the new file", func() bool { return limit2() == 9 })
+
+	// And POST /v1/reload, the admin API's reload, as the CLI sends it.
+	write(rlsConfig + "  - key: tenant\n    rate_limit: {unit: week, requests_per_unit: 11}\n")
+	if code, body := adminRequest(t, "POST", "http://"+admin+"/v1/reload", "", map[string]string{adminapi.Header: "1"}, ""); code != 200 {
+		t.Fatalf("POST /v1/reload: %d %s", code, body)
+	}
+	if got := limit2(); got != 11 {
+		t.Fatalf("after POST /v1/reload the limit is %d, want 11", got)
+	}
 }
 
 // Three keyed daemons gossip; calls spread over their rate limit services

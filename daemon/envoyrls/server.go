@@ -15,6 +15,16 @@ import (
 	"google.golang.org/grpc"
 )
 
+// Bounds on what one client may make the server hold: Envoy's requests are
+// a few hundred bytes, and it multiplexes calls on a few connections.
+const (
+	// MaxRequestBytes caps one request message; a larger one is refused
+	// (ResourceExhausted) before it is decoded.
+	MaxRequestBytes = 64 << 10
+	// MaxStreams caps the calls in flight on one connection.
+	MaxStreams = 1024
+)
+
 // Server is a gRPC server of the rate limit service on one or more
 // listeners. Create it with Listen, run it with Serve, end it with Shutdown.
 type Server struct {
@@ -28,7 +38,10 @@ type Server struct {
 // server. socketMode is applied to Unix sockets. On error, what was bound is
 // closed.
 func Listen(addrs []string, socketMode os.FileMode, svc *Service) (*Server, error) {
-	s := &Server{grpc: grpc.NewServer()}
+	s := &Server{grpc: grpc.NewServer(
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxConcurrentStreams(MaxStreams),
+	)}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
 	for _, a := range addrs {
 		l, err := listen(a, socketMode)
