@@ -69,7 +69,11 @@ type call struct {
 	checks  []ipc.Check
 	results []ipc.Result
 	which   []int // checks[j] decides descriptor which[j]
-	keys    []byte
+	// keys and rules hold the checks' keys and rule names back to back,
+	// ending at keyEnds and ruleEnds; decide cuts them once all are built
+	// (appending may move the buffers).
+	keys, rules       []byte
+	keyEnds, ruleEnds []int
 }
 
 // Errors a call is refused with (as gRPC InvalidArgument).
@@ -116,9 +120,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
 	// Build the checks: one per descriptor whose limit counts.
-	c.checks, c.which, c.keys = c.checks[:0], c.which[:0], c.keys[:0]
-	var keyEnds [64]int
-	ends := keyEnds[:0]
+	c.checks, c.which = c.checks[:0], c.which[:0]
+	c.keys, c.rules, c.keyEnds, c.ruleEnds = c.keys[:0], c.rules[:0], c.keyEnds[:0], c.ruleEnds[:0]
 	refused := false
 	for i, lim := range c.limits {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -141,12 +144,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			continue
 		}
 		c.keys = appendKey(c.keys, domain, descs[i].GetEntries())
-		ends = append(ends, len(c.keys))
-		c.checks = append(c.checks, ipc.Check{Rule: []byte(lim.Rule), Cost: cost})
+		c.keyEnds = append(c.keyEnds, len(c.keys))
+		c.rules = append(c.rules, lim.Rule...)
+		c.ruleEnds = append(c.ruleEnds, len(c.rules))
+		c.checks = append(c.checks, ipc.Check{Cost: cost})
 		c.which = append(c.which, i)
 	}
 	if len(c.checks) > 0 && !refused {
-		if err := s.decide(c, ends); err != nil {
+		if err := s.decide(c); err != nil {
 			return nil, err
 		}
 		for j, i := range c.which {
@@ -176,16 +181,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-// decide asks the Decider about c.checks, whose keys are c.keys cut at ends.
-func (s *Service) decide(c *call, ends []int) error {
-	start := 0
+// decide asks the Decider about c.checks, giving each its key and rule.
+func (s *Service) decide(c *call) error {
+	start, rstart := 0, 0
 	for j := range c.checks {
-		k := c.keys[start:ends[j]]
+		c.checks[j].Rule, rstart = c.rules[rstart:c.ruleEnds[j]:c.ruleEnds[j]], c.ruleEnds[j]
+		k := c.keys[start:c.keyEnds[j]:c.keyEnds[j]]
 		if s.cfg.MaxKeyLen > 0 && len(k) > s.cfg.MaxKeyLen {
 			k = []byte(clientlib.BoundedKey(string(k), s.cfg.MaxKeyLen))
 		}
 		c.checks[j].Key = k
-		start = ends[j]
+		start = c.keyEnds[j]
 	}
 	if cap(c.results) < len(c.checks) {
 		c.results = make([]ipc.Result, len(c.checks))

@@ -170,3 +170,27 @@ func TestServiceRefusesInvalidAndLateCalls(t *testing.T) {
 		t.Fatalf("a cancelled call: %v", err)
 	}
 }
+
+// BenchmarkShouldRateLimit is one call's cost in-process, without gRPC: the
+// response messages are what allocates.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	dir := b.TempDir()
+	path := filepath.Join(dir, "rl.yaml")
+	if err := os.WriteFile(path, []byte("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	s := config.DefaultSettings()
+	s.SocketPath, s.EnvoyConfig = filepath.Join(dir, "d.sock"), path
+	d, err := daemon.New(daemon.Config{Settings: s})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := envoyrls.NewService(envoyrls.Config{Decider: d, MaxKeyLen: s.MaxKeyLen})
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
