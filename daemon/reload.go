@@ -30,8 +30,11 @@ func (d *Daemon) Reload() error {
 	seq := d.reloadSeq.Add(1)
 	kerr := d.reloadKeyring()
 	err := d.reloadRules(seq)
+	failed := d.lastReloadError.Load()
 	if eerr := d.reloadEnvoy(seq); err == nil {
 		err = eerr
+	} else {
+		d.lastReloadError.Store(failed) // an Envoy change put in force does not hide the rules' error
 	}
 	if err != nil {
 		return err
