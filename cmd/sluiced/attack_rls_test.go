@@ -408,3 +408,51 @@ func TestRLSShutsDownWithTheDaemon(t *testing.T) {
 		t.Fatalf("no stop logged:\n%s", p.stderr.String())
 	}
 }
+
+// --allow-uid guards the gRPC socket as it guards the daemon's: a peer not
+// listed is refused before gRPC reads a byte, and a TCP listener, which
+// cannot tell who connects, is refused at start.
+func TestRLSAllowUIDsGuardTheGRPCSocket(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs to run as root (uid 0 is the caller allowed below)")
+	}
+	dir := tempDir(t)
+	cfgPath := filepath.Join(dir, "ratelimit.yaml")
+	if err := os.WriteFile(cfgPath, []byte(rlsConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*ratelimitv3.RateLimitDescriptor{rlsDesc("path", "/x")}}
+
+	other := "unix:" + filepath.Join(dir, "other.sock")
+	p := startDaemon(t, "--socket", filepath.Join(dir, "o.sock"), "--envoy-config", cfgPath, "--grpc-listen", other, "--allow-uid", "54321")
+	eventually(t, "the guarded socket exists", func() bool {
+		_, err := os.Stat(strings.TrimPrefix(other, "unix:"))
+		return err == nil
+	})
+	c := rlsClient(t, other)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := c.ShouldRateLimit(ctx, req)
+	cancel()
+	if status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a peer outside --allow-uid got %v, want no service", err)
+	}
+	eventually(t, "the refusal is logged", func() bool {
+		return strings.Contains(p.stderr.String(), "connection refused: peer not in --allow-uid/--allow-gid: uid=0")
+	})
+
+	root := "unix:" + filepath.Join(dir, "root.sock")
+	startDaemon(t, "--socket", filepath.Join(dir, "r.sock"), "--envoy-config", cfgPath, "--grpc-listen", root, "--allow-uid", "0")
+	cr := rlsClient(t, root)
+	eventually(t, "an allowed peer is served", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := cr.ShouldRateLimit(ctx, req)
+		return err == nil
+	})
+
+	code, out := secureRun(t, nil, "--socket", filepath.Join(dir, "t.sock"), "--envoy-config", cfgPath,
+		"--grpc-listen", "127.0.0.1:"+freePort(t), "--allow-uid", "0")
+	if code == 0 || !strings.Contains(out, "can only be enforced on a unix: listener") {
+		t.Fatalf("TCP with --allow-uid: exit %d\n%s", code, out)
+	}
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -21,7 +23,16 @@ func startRLS(ctx context.Context, s config.Settings, d *daemon.Daemon, log hclo
 	svc := envoyrls.NewService(envoyrls.Config{
 		Decider: d, MaxKeyLen: s.MaxKeyLen, MaxDescriptors: s.MaxBatch, ResponseHeaders: s.EnvoyResponseHeaders,
 	})
-	srv, err := envoyrls.Listen(s.GRPCListen, s.SocketMode, svc)
+	var lastRefusal atomic.Int64
+	srv, err := envoyrls.Listen(envoyrls.ListenConfig{
+		Addrs: s.GRPCListen, SocketMode: s.SocketMode, AllowUIDs: s.AllowUIDs, AllowGIDs: s.AllowGIDs,
+		Refused: func(err error, uid, gid uint32) {
+			// At most one line a second: a refused local user cannot flood the log.
+			if now := time.Now().Unix(); lastRefusal.Swap(now) != now {
+				log.Warn("envoy rate limit service: connection refused: peer not in --allow-uid/--allow-gid", "uid", uid, "gid", gid, "error", err)
+			}
+		},
+	}, svc)
 	if err != nil {
 		return nil, err
 	}

@@ -33,23 +33,47 @@ type Server struct {
 	wg        sync.WaitGroup
 }
 
-// Listen binds every address ("unix:/path" or "host:port"; a stale Unix
-// socket nobody answers on is replaced) and registers svc on a new gRPC
-// server. socketMode is applied to Unix sockets. On error, what was bound is
-// closed.
-func Listen(addrs []string, socketMode os.FileMode, svc *Service) (*Server, error) {
+// ListenConfig says where and to whom the service is served.
+type ListenConfig struct {
+	// Addrs are "unix:/path" or "host:port" each.
+	Addrs []string
+	// SocketMode is applied to Unix sockets.
+	SocketMode os.FileMode
+	// AllowUIDs and AllowGIDs, when either is set, admit only Unix socket
+	// peers whose uid or primary gid is listed (the daemon's --allow-uid and
+	// --allow-gid); a TCP address is then refused (ErrPeerCheckUnsupported).
+	AllowUIDs, AllowGIDs []uint32
+	// Refused, if set, is told of every connection refused by the lists.
+	Refused func(err error, uid, gid uint32)
+}
+
+// Listen binds every address (a stale Unix socket nobody answers on is
+// replaced) and registers svc on a new gRPC server. On error, what was bound
+// is closed.
+func Listen(cfg ListenConfig, svc *Service) (*Server, error) {
+	checks := len(cfg.AllowUIDs) > 0 || len(cfg.AllowGIDs) > 0
+	if checks {
+		for _, a := range cfg.Addrs {
+			if !strings.HasPrefix(a, "unix:") || !peerCheckSupported {
+				return nil, fmt.Errorf("envoy rate limit service: listen %s: %w", a, ErrPeerCheckUnsupported)
+			}
+		}
+	}
 	s := &Server{grpc: grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxConcurrentStreams(MaxStreams),
 	)}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
-	for _, a := range addrs {
-		l, err := listen(a, socketMode)
+	for _, a := range cfg.Addrs {
+		l, err := listen(a, cfg.SocketMode)
 		if err != nil {
 			for _, l := range s.listeners {
 				l.Close()
 			}
 			return nil, fmt.Errorf("envoy rate limit service: listen %s: %w", a, err)
+		}
+		if checks {
+			l = &peerListener{Listener: l, uids: cfg.AllowUIDs, gids: cfg.AllowGIDs, refused: cfg.Refused}
 		}
 		s.listeners = append(s.listeners, l)
 	}
