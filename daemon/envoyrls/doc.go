@@ -17,5 +17,10 @@
 // limits answer OK and are counted in the rule metrics. hits_addend (per
 // descriptor, else per request; 0 means 1) is the cost.
 //
+// The Unix socket obeys the daemon's --allow-uid/--allow-gid (SO_PEERCRED
+// at accept); a request is capped at MaxRequestBytes and a connection at
+// MaxStreams calls in flight; a call is decided synchronously in memory, so
+// it answers well within any deadline Envoy sets.
+//
 // It is not a client library and holds no buckets: the daemon decides.
 package envoyrls
