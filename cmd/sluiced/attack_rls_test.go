@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicelabs/sluice/daemon/adminapi"
@@ -250,6 +251,21 @@ func TestRLSDecidesAsRatelimitDoes(t *testing.T) {
 			cancel()
 			if status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("%v: %v, want InvalidArgument", bad, err)
+			}
+		}
+	})
+	t.Run("the gRPC health service answers SERVING", func(t *testing.T) {
+		cc, err := grpc.NewClient(tcpTarget, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+			r, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("health of %q: %v %v", svc, r, err)
 			}
 		}
 	})

@@ -13,6 +13,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Bounds on what one client may make the server hold: Envoy's requests are
@@ -29,6 +31,7 @@ const (
 // listeners. Create it with Listen, run it with Serve, end it with Shutdown.
 type Server struct {
 	grpc      *grpc.Server
+	health    *health.Server
 	listeners []net.Listener
 	wg        sync.WaitGroup
 }
@@ -64,6 +67,12 @@ func Listen(cfg ListenConfig, svc *Service) (*Server, error) {
 		grpc.MaxConcurrentStreams(MaxStreams),
 	)}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
+	// The standard health service, for Envoy's grpc_health_check and
+	// Kubernetes' gRPC probes: SERVING for "" and the rate limit service
+	// until Shutdown.
+	s.health = health.NewServer()
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
 	for _, a := range cfg.Addrs {
 		l, err := listen(a, cfg.SocketMode)
 		if err != nil {
@@ -137,6 +146,7 @@ func (s *Server) Serve() {
 // Shutdown stops accepting and lets calls in flight finish until ctx ends,
 // then closes what is left. Unix socket files are removed.
 func (s *Server) Shutdown(ctx context.Context) {
+	s.health.Shutdown() // NOT_SERVING: health checkers move away first
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {
