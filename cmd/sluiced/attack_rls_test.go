@@ -254,6 +254,17 @@ func TestRLSDecidesAsRatelimitDoes(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a request over 64 KiB is refused before it is decoded", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := c.ShouldRateLimit(ctx, req(0, rlsDesc("path", strings.Repeat("x", 100<<10))))
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a 100 KiB request: %v, want ResourceExhausted", err)
+		}
+		if got := rlsCodes(rlsCall(t, c, req(0, rlsDesc("method", "GET")))); got != "OK: OK" {
+			t.Fatalf("the connection after the refusal: %s", got)
+		}
+	})
 	t.Run("the gRPC health service answers SERVING", func(t *testing.T) {
 		cc, err := grpc.NewClient(tcpTarget, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
