@@ -109,6 +109,9 @@ type Rules struct {
 	// Hash identifies the rules' content (not their formatting), so nodes can
 	// tell whether they enforce the same rules.
 	Hash string
+	// Envoy, when set, is the envoyproxy/ratelimit configuration whose
+	// translated rules ByName holds too (see WithEnvoy).
+	Envoy *Envoy
 }
 
 // Names returns the rule names in sorted order.
@@ -298,7 +301,11 @@ func (p *parser) known(n *yaml.Node, path string, names ...string) map[string]*y
 	got := map[string]*yaml.Node{}
 	p.fields(n, path, func(key string, v *yaml.Node) {
 		if !slices.Contains(names, key) {
-			p.fail(v, path+"."+key, "unknown field (known: %s)", strings.Join(names, ", "))
+			field := key
+			if path != "" {
+				field = path + "." + key
+			}
+			p.fail(v, field, "unknown field (known: %s)", strings.Join(names, ", "))
 			return
 		}
 		got[key] = v

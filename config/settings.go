@@ -43,6 +43,17 @@ type Settings struct {
 	RulesCache string
 	// RulesPollInterval is how often RulesURL is polled. Default 30s.
 	RulesPollInterval time.Duration
+	// EnvoyConfig is an envoyproxy/ratelimit configuration (a YAML file, or
+	// a directory of them, one domain each) translated into rules alongside
+	// the rules file's and reloaded with them. Empty: none.
+	EnvoyConfig string
+	// GRPCListen are where Envoy's rate limit service (gRPC) is served:
+	// "unix:/path" or "host:port" each. Empty: not served.
+	GRPCListen []string
+	// EnvoyResponseHeaders adds the IETF RateLimit and RateLimit-Policy
+	// headers to the rate limit service's answers (response_headers_to_add),
+	// as ratelimit's RESPONSE_HEADERS_ENABLED does.
+	EnvoyResponseHeaders bool
 	// AdminAddr is where the admin HTTP endpoint (/healthz, /readyz,
 	// /metrics, /v1/...) listens; empty: not served. sluiced's flag defaults
 	// to 127.0.0.1:9464 (loopback only).

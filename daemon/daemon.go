@@ -68,7 +68,9 @@ type Daemon struct {
 	reloadSeq  atomic.Uint64
 	appliedSeq uint64
 
-	reloadMu   sync.Mutex // serialises rule changes and guards namespaces
+	reloadMu   sync.Mutex                   // serialises rule changes and guards namespaces and baseRules
+	envoy      atomic.Pointer[config.Envoy] // the Envoy configuration in force (envoy.go)
+	baseRules  *config.Rules                // the rules in force before the Envoy ones are merged in
 	namespaces map[string]bucket.Namespace
 	nsNames    atomic.Pointer[[]string] // namespace → rule name, for gossip
 
@@ -161,6 +163,9 @@ func New(cfg Config) (*Daemon, error) {
 		ready:        make(chan struct{}),
 		loadedDigest: digest,
 	}
+	if err := d.loadEnvoy(); err != nil {
+		return nil, err
+	}
 	d.server = ipc.NewServer(ipc.ServerConfig{
 		Name:         s.NodeName,
 		MaxFrame:     s.MaxFrameBytes,
@@ -249,6 +254,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			defer func() { stopWatch(); <-watchDone }()
 		}
 	}
+	defer d.watchEnvoy(ctx)()
 	close(d.ready)
 
 	served := make(chan error, 1)

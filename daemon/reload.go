@@ -29,7 +29,14 @@ func (d *Daemon) Reload() error {
 	defer d.reloadGate.Unlock()
 	seq := d.reloadSeq.Add(1)
 	kerr := d.reloadKeyring()
-	if err := d.reloadRules(seq); err != nil {
+	err := d.reloadRules(seq)
+	failed := d.lastReloadError.Load()
+	if eerr := d.reloadEnvoy(seq); err == nil {
+		err = eerr
+	} else {
+		d.lastReloadError.Store(failed) // an Envoy change put in force does not hide the rules' error
+	}
+	if err != nil {
 		return err
 	}
 	return kerr
@@ -124,6 +131,7 @@ func (d *Daemon) failReload(err error) error {
 func (d *Daemon) put(seq uint64, rules *config.Rules) error {
 	old := d.Rules()
 	d.apply(rules)
+	rules = d.Rules() // with the Envoy configuration merged in (envoy.go)
 	d.appliedSeq = max(d.appliedSeq, seq)
 	d.reloads.Add(1)
 	d.metrics.reloads.WithLabelValues("ok").Inc()
@@ -147,6 +155,7 @@ func (d *Daemon) ReloadCounts() (ok, failed uint64) { return d.reloads.Load(), d
 func (d *Daemon) apply(rules *config.Rules) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	rules = d.withEnvoy(rules)
 	next := &ruleSet{rules: rules, byName: make(map[string]activeRule, len(rules.ByName))}
 	for name, r := range rules.ByName {
 		ar := activeRule{Rule: r, ns: make([]bucket.Namespace, len(r.Limits)), counted: d.metrics.forRule(name)}

@@ -10,7 +10,10 @@
 #      10k-5M keys, a flood of unique keys against the cap;
 #   4. the cluster: convergence, accuracy and gossip cost by node count and
 #      gossip interval (scripts/cluster-bench.sh);
-#   5. the daemon's CPU per 10k decisions/s.
+#   5. the daemon's CPU per 10k decisions/s;
+#   6. with RATELIMIT_SRC set: Envoy's rate limit service on sluiced vs
+#      envoyproxy/ratelimit on redis-server (scripts/bench-rls.sh), kept as
+#      docs/benchmarks/raw/rls.md (not yet in the generated report).
 #
 # It installs what it needs (redis-server with apt, benchstat with go
 # install), runs everything on loopback, stops what it started, and keeps the
@@ -92,6 +95,14 @@ echo "--- 2, 3 and 5. through the daemon's socket; the daemon's memory and CPU"
 if [ -z "$skip_cluster" ]; then
   echo "--- 4. the cluster"
   CLUSTER_OUT="$raw/cluster.txt" scripts/cluster-bench.sh $short
+fi
+
+echo "--- 6. Envoy's rate limit service: sluiced vs envoyproxy/ratelimit + redis-server (scripts/bench-rls.sh)"
+if [ -n "${RATELIMIT_SRC:-}" ]; then
+  rls_dur=5s; if [ -n "$short" ]; then rls_dur=1s; fi
+  scripts/bench-rls.sh "$rls_dur" 1,64 | tee "$raw/rls.md"
+else
+  echo "RATELIMIT_SRC (a checkout of envoyproxy/ratelimit) unset: skipped; $raw/rls.md keeps the last run's table" >&2
 fi
 
 echo "--- report"

@@ -37,6 +37,9 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
 			&cli.StringFlag{Name: "rules-url", EnvVars: []string{"SLUICE_RULES_URL"}, Usage: "poll the rules from this HTTP(S) rules service (conditional GET) instead of a file"},
 			&cli.StringFlag{Name: "rules-cache", EnvVars: []string{"SLUICE_RULES_CACHE"}, Usage: "with --rules-url: keep the last good rules here and use them when the service is down at start (without it: no rules, every check admitted)"},
+			&cli.StringFlag{Name: "envoy-config", EnvVars: []string{"SLUICE_ENVOY_CONFIG"}, Usage: "envoyproxy/ratelimit configuration (a YAML file, or a directory of them, one domain each), translated into rules beside --rules and reloaded with them", Category: "envoy"},
+			&cli.StringSliceFlag{Name: "grpc-listen", EnvVars: []string{"SLUICE_GRPC_LISTEN"}, Usage: "serve Envoy's rate limit service (gRPC) here: unix:/path or HOST:PORT, comma-separated or repeated", Category: "envoy"},
+			&cli.BoolFlag{Name: "envoy-response-headers", EnvVars: []string{"SLUICE_ENVOY_RESPONSE_HEADERS"}, Usage: "add the RateLimit and RateLimit-Policy headers to the rate limit service's answers (ratelimit's RESPONSE_HEADERS_ENABLED)", Category: "envoy"},
 			&cli.DurationFlag{Name: "rules-poll-interval", Value: def.RulesPollInterval, EnvVars: []string{"SLUICE_RULES_POLL_INTERVAL"}, Usage: "how often --rules-url is polled (failures back off exponentially)"},
 			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off; an address in use is an error"},
 			&cli.StringSliceFlag{Name: "admin-allowed-hosts", EnvVars: []string{"SLUICE_ADMIN_ALLOWED_HOSTS"}, Usage: "further names (HOST or HOST:PORT) the admin endpoint answers to in the Host header, besides its address (and localhost on loopback)"},
@@ -94,6 +97,9 @@ func run(c *cli.Context) error {
 	s.RulesCache = c.String("rules-cache")
 	s.RulesPollInterval = c.Duration("rules-poll-interval")
 	s.NoWatch = c.Bool("no-watch")
+	s.EnvoyConfig = c.String("envoy-config")
+	s.GRPCListen = c.StringSlice("grpc-listen")
+	s.EnvoyResponseHeaders = c.Bool("envoy-response-headers")
 	s.Pprof = c.Bool("pprof")
 	s.AdminAddr = c.String("admin-addr")
 	s.AdminAllowedHosts = c.StringSlice("admin-allowed-hosts")
@@ -151,5 +157,10 @@ func run(c *cli.Context) error {
 		defer p.Shutdown()
 		builtIn.Store(p)
 	}
+	waitRLS, err := startRLS(ctx, s, d, log.Named("envoy"))
+	if err != nil {
+		return err
+	}
+	defer waitRLS()
 	return d.Run(ctx)
 }
