@@ -43,7 +43,7 @@ await_socket() { for _ in $(seq 1 300); do [ -S "$1" ] && return 0; sleep 0.1; d
 
 echo "--- building sluiced and rlsbench" >&2
 go build -o "$work/sluiced" ./cmd/sluiced
-go build -o "$work/rlsbench" ./scripts/rlsbench
+go build -C scripts -o "$work/rlsbench" ./rlsbench
 
 mkdir -p "$work/runtime/ratelimit/config"
 cat > "$work/runtime/ratelimit/config/bench.yaml" <<'YAML'

@@ -13,7 +13,7 @@
 #   5. the daemon's CPU per 10k decisions/s;
 #   6. with RATELIMIT_SRC set: Envoy's rate limit service on sluiced vs
 #      envoyproxy/ratelimit on redis-server (scripts/bench-rls.sh), kept as
-#      docs/benchmarks/raw/rls.md (not yet in the generated report).
+#      docs/benchmarks/raw/rls.md (section 6 of the report).
 #
 # It installs what it needs (redis-server with apt, benchstat with go
 # install), runs everything on loopback, stops what it started, and keeps the

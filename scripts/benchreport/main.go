@@ -18,7 +18,7 @@ import (
 )
 
 func main() {
-	raw := flag.String("raw", "docs/benchmarks/raw", "directory of raw benchmark output (env.txt, bucket.txt, scaling.txt, ipc.txt, cluster.txt, benchstat.txt)")
+	raw := flag.String("raw", "docs/benchmarks/raw", "directory of raw benchmark output (env.txt, bucket.txt, scaling.txt, ipc.txt, cluster.txt, benchstat.txt, rls.md)")
 	out := flag.String("out", "docs/BENCHMARKS.md", "report to write")
 	charts := flag.String("charts", "docs/benchmarks", "directory for the charts, linked from the report")
 	pngDir := flag.String("png", "", "also write PNG copies of the charts here")
@@ -37,6 +37,7 @@ type inputs struct {
 	ipc      results // through the daemon's socket, and the daemon process
 	cluster  results // testcluster
 	stat     string  // benchstat's comparison of the in-process runs
+	rls      string  // scripts/bench-rls.sh's tables (markdown), if it ran
 	chartDir string  // where charts go
 	pngDir   string  // if set, PNG copies of the charts go here
 	chartRel string  // the chart directory relative to the report
@@ -79,6 +80,11 @@ func run(rawDir, out, chartDir, pngDir string) error {
 		return err
 	} else if ok {
 		in.stat = strings.TrimSpace(string(b))
+	}
+	if b, ok, err := read("rls.md"); err != nil {
+		return err
+	} else if ok {
+		in.rls = strings.TrimSpace(string(b))
 	}
 	if err := os.MkdirAll(chartDir, 0o755); err != nil {
 		return err

@@ -105,6 +105,7 @@ func report(buf *bytes.Buffer, in *inputs) error {
 	goals = append(goals, memory(w, in)...)
 	goals = append(goals, cluster(w, in)...)
 	cpuCost(w, in)
+	envoyRLS(w, in)
 	if in.stat != "" {
 		w.p("## Appendix: benchstat of the in-process runs")
 		w.p("`benchstat -col /impl` over every run of section 1 (geomean and confidence intervals):")
@@ -438,6 +439,18 @@ func cpuCost(w md, in *inputs) {
 	}
 	w.p("`sluiced`'s own CPU time (from /proc) while callers in another process offer a fixed rate of decisions; `cpu-%%` is of one core.")
 	generic(w, c)
+}
+
+// envoyRLS is section 6: scripts/bench-rls.sh writes its tables as
+// markdown, measured in one run with one client; they go in as they are.
+func envoyRLS(w md, in *inputs) {
+	w.p("## 6. Envoy's rate limit service: `sluiced --grpc-listen` vs envoyproxy/ratelimit + `redis-server`")
+	if in.rls == "" {
+		w.missing("Envoy's rate limit service", "RATELIMIT_SRC=<envoyproxy/ratelimit checkout> scripts/bench.sh")
+		return
+	}
+	w.p("The same gRPC client (`scripts/rlsbench`, the generated `RateLimitService` client; clientlib for the socket row) calls each in turn, in one run: sluiced's rate limit service on a Unix socket and on loopback TCP, envoyproxy/ratelimit built from a source snapshot on a local redis-server, and sluiced's own socket. Limits are far above what is spent, so every row measures admitted decisions. Compare rows of one run.")
+	w.WriteString(in.rls + "\n\n")
 }
 
 // generic tables a family: its name parameters, then every metric measured.
