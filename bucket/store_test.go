@@ -236,41 +236,124 @@ func TestStoreMemoryPerIdleKey(t *testing.T) {
 	runtime.KeepAlive(s)
 }
 
-// Entries whose hashes collide share a chain; a seeded 64-bit hash makes
-// that too rare to meet in a test, so the chain is built by hand here.
-func TestShardChainsCollidingEntries(t *testing.T) {
-	sh := &shard{buckets: map[uint64]*entry{}}
-	a := &entry{key: "a", ns: 1}
-	b := &entry{key: "b", ns: 1, next: a}
-	c := &entry{key: "a", ns: 2, next: b}
-	sh.buckets[7], sh.n = c, 3
-	sh.buckets[9] = &entry{key: "z", ns: 1}
-	sh.n++
+// Keys whose hashes collide probe on past each other; a seeded 64-bit hash
+// makes that too rare to meet in a test, so the hashes are chosen here.
+func TestShardTableCollidingHashes(t *testing.T) {
+	s := NewStore(StoreConfig{Shards: 1})
+	sh := &s.shards[0]
+	put := func(h uint64, ns Namespace, key string) *slot {
+		sl := sh.getOrInsert(s, h, ns, []byte(key), AlgoTokenBucket, t0)
+		sl.st.full = int64(len(key))*1000 + int64(ns) // tell them apart after moves
+		return sl
+	}
+	put(7, 1, "a")
+	put(7, 1, "b")
+	put(7, 2, "a")
+	put(9, 1, "z")
+	if sh.n != 4 {
+		t.Fatalf("n = %d, want 4", sh.n)
+	}
 	for _, tc := range []struct {
+		h    uint64
 		ns   Namespace
 		key  string
-		want *entry
-	}{{1, "a", a}, {1, "b", b}, {2, "a", c}, {2, "b", nil}, {1, "z", nil}} {
-		if got := sh.get(7, tc.ns, []byte(tc.key)); got != tc.want {
-			t.Errorf("get(7, %d, %q) = %v, want %v", tc.ns, tc.key, got, tc.want)
+		want bool
+	}{{7, 1, "a", true}, {7, 1, "b", true}, {7, 2, "a", true}, {7, 2, "b", false}, {7, 1, "z", false}, {9, 1, "z", true}} {
+		sl := sh.get(tc.h, tc.ns, []byte(tc.key))
+		if (sl != nil) != tc.want || (sl != nil && (sl.key != tc.key || sl.ns != tc.ns)) {
+			t.Errorf("get(%d, %d, %q) = %+v, want found %v", tc.h, tc.ns, tc.key, sl, tc.want)
 		}
 	}
-	sh.remove(7, b) // from the middle
-	if sh.get(7, 1, []byte("b")) != nil || sh.get(7, 1, []byte("a")) != a || sh.n != 3 {
-		t.Fatalf("after removing the middle entry: chain %v, n %d", sh.buckets[7], sh.n)
+	i, _ := find(sh, 7, 1, []byte("b")) // from the middle of the run
+	sh.removeAt(i)
+	if sh.get(7, 1, []byte("b")) != nil || sh.get(7, 1, []byte("a")) == nil || sh.get(7, 2, []byte("a")) == nil || sh.n != 3 {
+		t.Fatalf("after removing the middle key: n %d, table %+v", sh.n, sh.slots)
 	}
-	sh.remove(7, c) // the head
-	if sh.buckets[7] != a || sh.get(7, 2, []byte("a")) != nil {
-		t.Fatalf("after removing the head: %v", sh.buckets[7])
+	i, _ = find(sh, 7, 1, []byte("a")) // the head of the run
+	sh.removeAt(i)
+	if sh.get(7, 2, []byte("a")) == nil || sh.get(7, 1, []byte("a")) != nil || sh.get(9, 1, []byte("z")) == nil {
+		t.Fatalf("after removing the head: table %+v", sh.slots)
 	}
 	var seen []string
-	sh.each(func(h uint64, e *entry) bool {
-		seen = append(seen, e.key)
-		sh.remove(h, e)
+	sh.each(func(i int, sl *slot) bool {
+		seen = append(seen, sl.key)
+		sh.removeAt(i)
 		return true
 	})
 	slices.Sort(seen)
-	if fmt.Sprint(seen) != "[a z]" || len(sh.buckets) != 0 || sh.n != 0 {
-		t.Fatalf("each removing everything saw %v, left %d entries (n=%d)", seen, len(sh.buckets), sh.n)
+	if fmt.Sprint(seen) != "[a z]" || sh.n != 0 {
+		t.Fatalf("each removing everything saw %v, left n=%d", seen, sh.n)
+	}
+	for i := range sh.slots {
+		if sh.slots[i].h != 0 {
+			t.Fatalf("slot %d still held after removing everything: %+v", i, sh.slots[i])
+		}
+	}
+}
+
+// The table against a map, with hashes drawn from a handful of values so
+// that runs are long, collide and wrap around the table's end: every key
+// inserted and not removed is found, none removed is, after any mix of
+// inserts, removals, removals during each, growth and shrinking.
+func TestShardTableMatchesAMap(t *testing.T) {
+	for seed := range uint64(20) {
+		s := NewStore(StoreConfig{Shards: 1, MaxKeys: 1 << 20})
+		sh := &s.shards[0]
+		model := map[string]uint64{}
+		x := seed*0x9E3779B97F4A7C15 + 1
+		for step := range 3000 {
+			x = next(x)
+			key := fmt.Sprint("k", x%200)
+			h := (x>>8)%5<<30 | (x>>16)%3 | 1 // 5 homes spread over the table, 3 hashes per home
+			if old, ok := model[key]; ok {
+				h = old
+			}
+			switch x % 7 {
+			case 0, 1, 2, 3:
+				sh.getOrInsert(s, h, 1, []byte(key), AlgoTokenBucket, t0)
+				model[key] = h
+			case 4, 5:
+				if i, ok := find(sh, h, 1, key); ok {
+					sh.removeAt(i)
+					delete(model, key)
+				}
+			case 6:
+				visited, held := map[string]bool{}, sh.n
+				sh.each(func(i int, sl *slot) bool {
+					if visited[sl.key] {
+						t.Fatalf("seed %d step %d: each visited %s twice", seed, step, sl.key)
+					}
+					visited[sl.key] = true
+					if len(sl.key)%2 == int(x>>20)%2 {
+						delete(model, sl.key)
+						sh.removeAt(i)
+					}
+					return true
+				})
+				if len(visited) != held {
+					t.Fatalf("seed %d step %d: each visited %d of %d", seed, step, len(visited), held)
+				}
+				sh.shrink()
+			}
+			if sh.n != len(model) {
+				t.Fatalf("seed %d step %d: n = %d, model holds %d", seed, step, sh.n, len(model))
+			}
+		}
+		for key, h := range model {
+			if sh.get(h, 1, []byte(key)) == nil {
+				t.Fatalf("seed %d: %s lost", seed, key)
+			}
+		}
+		seen := 0
+		sh.each(func(_ int, sl *slot) bool {
+			if model[sl.key] != sl.h {
+				t.Fatalf("seed %d: table holds %s, not in the model", seed, sl.key)
+			}
+			seen++
+			return true
+		})
+		if seen != len(model) {
+			t.Fatalf("seed %d: each saw %d of %d", seed, seen, len(model))
+		}
 	}
 }
