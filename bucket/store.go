@@ -104,7 +104,7 @@ func (sh *shard) record(sl *slot, cost int64, window uint64) {
 	if t.window != window {
 		if t.used != t.sent { // on the dirty list, and stays there for the new window
 			if len(sh.leftovers) < maxLeftovers {
-				sh.leftovers = append(sh.leftovers, Consumption{NS: sl.ns, Key: sl.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+				sh.leftovers = append(sh.leftovers, Consumption{NS: sl.ns, Key: t.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			}
 			t.window, t.used, t.sent = window, uint64(cost), 0
 			return
@@ -112,7 +112,7 @@ func (sh *shard) record(sl *slot, cost int64, window uint64) {
 		t.window, t.used, t.sent = window, 0, 0
 	}
 	if t.used == t.sent {
-		sh.dirty = append(sh.dirty, dirtyKey{t: t, key: sl.key, ns: sl.ns})
+		sh.dirty = append(sh.dirty, dirtyKey{t: t, ns: sl.ns})
 	}
 	t.used += uint64(cost)
 }
@@ -325,7 +325,7 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 		sh.leftovers = sh.leftovers[:0]
 		for j, d := range sh.dirty {
 			t := d.t
-			fn(Consumption{NS: d.ns, Key: d.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+			fn(Consumption{NS: d.ns, Key: t.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			t.sent = t.used
 			sh.dirty[j] = dirtyKey{}
 		}
@@ -349,11 +349,12 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 			if sl.st.isFull(now) {
 				return true
 			}
-			l, ok := lim(sl.ns, sl.key)
+			key := sl.key()
+			l, ok := lim(sl.ns, key)
 			if !ok {
 				return true
 			}
-			c := Consumption{NS: sl.ns, Key: sl.key}
+			c := Consumption{NS: sl.ns, Key: key}
 			if sl.t != nil {
 				c.Epoch, c.Window, c.Used, c.Prev = sl.t.epoch, sl.t.window, sl.t.used, sl.t.used
 			}
@@ -408,7 +409,7 @@ func (s *Store) Local(ns Namespace, key []byte) (Consumption, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sl := sh.get(h, ns, key); sl != nil && sl.t != nil {
-		return Consumption{NS: ns, Key: sl.key, Epoch: sl.t.epoch, Window: sl.t.window, Used: sl.t.used, Prev: sl.t.sent}, true
+		return Consumption{NS: ns, Key: sl.t.key, Epoch: sl.t.epoch, Window: sl.t.window, Used: sl.t.used, Prev: sl.t.sent}, true
 	}
 	return Consumption{}, false
 }
@@ -422,13 +423,13 @@ func (s *Store) Rescale(ns Namespace, limits func(key string) (old, new Limit), 
 		sh.mu.Lock()
 		sh.each(func(_ int, sl *slot) bool {
 			if sl.ns == ns {
-				old, new := limits(sl.key)
-				if old != new && !old.IsZero() && !new.IsZero() && sl.algo == old.algo {
+				old, new := limits(sl.key())
+				if old != new && !old.IsZero() && !new.IsZero() && sl.algo() == old.algo {
 					if old.algo != new.algo {
 						sl.st.log.release()
 					}
 					sl.st.rescale(old, new, now)
-					sl.algo = new.algo
+					sl.setAlgo(new.algo)
 					s.attachLog(sl)
 				}
 			}

@@ -249,7 +249,7 @@ func TestShardTableCollidingHashes(t *testing.T) {
 	put(7, 1, "a")
 	put(7, 1, "b")
 	put(7, 2, "a")
-	put(9, 1, "z")
+	put(0x100007, 1, "z")
 	if sh.n != 4 {
 		t.Fatalf("n = %d, want 4", sh.n)
 	}
@@ -258,9 +258,9 @@ func TestShardTableCollidingHashes(t *testing.T) {
 		ns   Namespace
 		key  string
 		want bool
-	}{{7, 1, "a", true}, {7, 1, "b", true}, {7, 2, "a", true}, {7, 2, "b", false}, {7, 1, "z", false}, {9, 1, "z", true}} {
+	}{{7, 1, "a", true}, {7, 1, "b", true}, {7, 2, "a", true}, {7, 2, "b", false}, {7, 1, "z", false}, {0x100007, 1, "z", true}} {
 		sl := sh.get(tc.h, tc.ns, []byte(tc.key))
-		if (sl != nil) != tc.want || (sl != nil && (sl.key != tc.key || sl.ns != tc.ns)) {
+		if (sl != nil) != tc.want || (sl != nil && (sl.key() != tc.key || sl.ns != tc.ns)) {
 			t.Errorf("get(%d, %d, %q) = %+v, want found %v", tc.h, tc.ns, tc.key, sl, tc.want)
 		}
 	}
@@ -271,12 +271,12 @@ func TestShardTableCollidingHashes(t *testing.T) {
 	}
 	i, _ = find(sh, 7, 1, []byte("a")) // the head of the run
 	sh.removeAt(i)
-	if sh.get(7, 2, []byte("a")) == nil || sh.get(7, 1, []byte("a")) != nil || sh.get(9, 1, []byte("z")) == nil {
+	if sh.get(7, 2, []byte("a")) == nil || sh.get(7, 1, []byte("a")) != nil || sh.get(0x100007, 1, []byte("z")) == nil {
 		t.Fatalf("after removing the head: table %+v", sh.slots)
 	}
 	var seen []string
 	sh.each(func(i int, sl *slot) bool {
-		seen = append(seen, sl.key)
+		seen = append(seen, sl.key())
 		sh.removeAt(i)
 		return true
 	})
@@ -285,7 +285,7 @@ func TestShardTableCollidingHashes(t *testing.T) {
 		t.Fatalf("each removing everything saw %v, left n=%d", seen, sh.n)
 	}
 	for i := range sh.slots {
-		if sh.slots[i].h != 0 {
+		if sh.slots[i].w != 0 {
 			t.Fatalf("slot %d still held after removing everything: %+v", i, sh.slots[i])
 		}
 	}
@@ -304,6 +304,14 @@ func TestShardTableMatchesAMap(t *testing.T) {
 		for step := range 3000 {
 			x = next(x)
 			key := fmt.Sprint("k", x%200)
+			switch x % 200 % 4 { // inline, at and past the inline limit
+			case 1:
+				key = fmt.Sprintf("k%014d", x%200)
+			case 2:
+				key = fmt.Sprintf("k%015d", x%200)
+			case 3:
+				key = fmt.Sprintf("k%040d", x%200)
+			}
 			h := (x>>8)%5<<30 | (x>>16)%3 | 1 // 5 homes spread over the table, 3 hashes per home
 			if old, ok := model[key]; ok {
 				h = old
@@ -320,12 +328,13 @@ func TestShardTableMatchesAMap(t *testing.T) {
 			case 6:
 				visited, held := map[string]bool{}, sh.n
 				sh.each(func(i int, sl *slot) bool {
-					if visited[sl.key] {
-						t.Fatalf("seed %d step %d: each visited %s twice", seed, step, sl.key)
+					k := sl.key()
+					if visited[k] {
+						t.Fatalf("seed %d step %d: each visited %s twice", seed, step, k)
 					}
-					visited[sl.key] = true
-					if len(sl.key)%2 == int(x>>20)%2 {
-						delete(model, sl.key)
+					visited[k] = true
+					if len(k)%2 == int(x>>20)%2 {
+						delete(model, k)
 						sh.removeAt(i)
 					}
 					return true
@@ -346,14 +355,38 @@ func TestShardTableMatchesAMap(t *testing.T) {
 		}
 		seen := 0
 		sh.each(func(_ int, sl *slot) bool {
-			if model[sl.key] != sl.h {
-				t.Fatalf("seed %d: table holds %s, not in the model", seed, sl.key)
+			if h, ok := model[sl.key()]; !ok || tagOf(h) != sl.tag() {
+				t.Fatalf("seed %d: table holds %s, not in the model", seed, sl.key())
 			}
 			seen++
 			return true
 		})
 		if seen != len(model) {
 			t.Fatalf("seed %d: each saw %d of %d", seed, seen, len(model))
+		}
+	}
+}
+
+// Keys past the inline limit live apart from their slot; deciding on one
+// allocates nothing either.
+func TestStoreTakeOnLongKeyAllocatesNothing(t *testing.T) {
+	for _, n := range []int{maxShortKey, maxShortKey + 1, DefaultMaxKeyLen} {
+		s := NewStore(StoreConfig{TrackConsumption: true})
+		lim := MustLimit(1000, time.Second, 1000)
+		key := []byte(fmt.Sprintf("%0*d", n, 42))
+		s.Take(1, key, lim, 1, t0)
+		now := t0
+		allocs := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Millisecond)
+			s.Take(1, key, lim, 1, now)
+			s.Check(1, key, lim, 1, now)
+			s.Charge(1, key, lim, 1, now)
+		})
+		if allocs != 0 {
+			t.Fatalf("%d-byte key: Take+Check+Charge allocate %v times, want 0", n, allocs)
+		}
+		if c, ok := s.Local(1, key); !ok || c.Key != string(key) {
+			t.Fatalf("%d-byte key: Local = %+v, %v", n, c, ok)
 		}
 	}
 }

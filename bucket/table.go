@@ -1,25 +1,29 @@
 package bucket
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"time"
+	"unsafe"
 )
 
 // A shard keeps its keys in an open-addressing hash table laid out for the
 // decision's memory reads: a decision on a key held in a large store costs
-// one cache miss for the key's slot, which holds the key's hash, namespace,
-// algorithm and whole state inline, and one for the key's bytes (compared
-// only when the hashes match). The map of pointers to entries it replaces
-// chased map group, entry and key one after another, and was slower at 100k
-// and 1M keys than a mutex-guarded map of x/time/rate limiters.
+// one cache miss, for the key's slot, which holds the key's hash tag,
+// namespace, algorithm and whole state, and the key itself when it is at
+// most 15 bytes long (a longer key's bytes live apart, compared only when
+// the tags match). The map of pointers to entries it replaces chased map
+// group, entry and key bytes one after another under the shard's lock, and
+// was slower at 100k and 1M keys than a mutex-guarded map of x/time/rate
+// limiters.
 //
-// Slots are found by linear probing from the key's home slot (the low 32
-// bits of the hash scaled to the table's length, which need not be a power
-// of two), so a probe that misses its home reads the next slot, most often
-// in the same or the next cache line. A removal shifts the slots after it
-// back (no tombstones), so a lookup stops at the first empty slot. The table
-// grows by a third when it is over 4/5 full, never beyond what the shard's
-// cap needs, and Sweep shrinks it when it holds far more room than keys.
+// Slots are found by linear probing from the key's home slot (its tag
+// scaled to the table's length, which need not be a power of two), so a
+// probe that misses its home reads the next slot, in the next cache line,
+// which the CPU fetches ahead. A removal shifts the slots after it back (no
+// tombstones), so a lookup stops at the first empty slot. The table grows
+// by a third when it is over 4/5 full, never beyond what the shard's cap
+// needs, and Sweep shrinks it when it holds far more room than keys.
 //
 // Slots move when the table grows, shrinks or a key is removed: a *slot is
 // valid under the shard's lock until the next insert or removal, and
@@ -27,12 +31,67 @@ import (
 
 // slot is one key's place in its shard's table: 64 bytes, one cache line.
 type slot struct {
-	h    uint64    // hash of (ns, key), never 0; 0 marks an empty slot
-	st   state     // the key's state under algo
-	t    *tracking // what gossip needs to know; nil unless the store tracks consumption
-	key  string    // a copy of the key
-	ns   Namespace // the key's rule
-	algo Algorithm // the algorithm st belongs to
+	w     uint32         // the hash's tag (bits 3-31) and the algorithm st belongs to (bits 0-2); 0: empty
+	ns    Namespace      // the key's rule
+	st    state          // the key's state under its algorithm
+	t     *tracking      // what gossip needs to know; nil unless the store tracks consumption
+	long  unsafe.Pointer // the bytes of a key longer than maxShortKey (never written); nil for a short key
+	short [16]byte       // a short key, its length in short[15]; for a long key, its length in short[:4]
+}
+
+// maxShortKey is the longest key a slot holds inline.
+const maxShortKey = 15
+
+// longKey marks a slot's key as long (in short[15]).
+const longKey = 0xFF
+
+// algoBits is how many low bits of slot.w hold the algorithm.
+const algoBits = 3
+
+// tagOf is the tag a key of hash h is kept and found under: never 0.
+func tagOf(h uint64) uint32 { return uint32(h)&^(1<<algoBits-1) | 1<<algoBits }
+
+func (sl *slot) tag() uint32         { return sl.w &^ (1<<algoBits - 1) }
+func (sl *slot) algo() Algorithm     { return Algorithm(sl.w & (1<<algoBits - 1)) }
+func (sl *slot) setAlgo(a Algorithm) { sl.w = sl.tag() | uint32(a) }
+
+// holds reports whether the slot's key is key (its tag is already known to match).
+func holds[K string | []byte](sl *slot, key K) bool {
+	if len(key) <= maxShortKey {
+		return sl.short[maxShortKey] == byte(len(key)) && string(sl.short[:len(key)]) == string(key)
+	}
+	return sl.short[maxShortKey] == longKey && int(binary.LittleEndian.Uint32(sl.short[:4])) == len(key) &&
+		unsafe.String((*byte)(sl.long), len(key)) == string(key)
+}
+
+// setKey copies key into the slot.
+func (sl *slot) setKey(key []byte) {
+	if len(key) <= maxShortKey {
+		copy(sl.short[:], key)
+		sl.short[maxShortKey] = byte(len(key))
+		return
+	}
+	sl.long = unsafe.Pointer(unsafe.StringData(string(key)))
+	binary.LittleEndian.PutUint32(sl.short[:4], uint32(len(key)))
+	sl.short[maxShortKey] = longKey
+}
+
+// key returns the slot's key as a string. A tracked key's is kept; a long
+// key's shares its bytes; a short untracked key's is copied (an allocation,
+// for the paths that walk the store, never for a decision).
+func (sl *slot) key() string {
+	switch {
+	case sl.t != nil:
+		return sl.t.key
+	case sl.short[maxShortKey] == longKey:
+		return unsafe.String((*byte)(sl.long), binary.LittleEndian.Uint32(sl.short[:4]))
+	}
+	return string(sl.short[:sl.short[maxShortKey]])
+}
+
+// sameKey reports whether two slots hold the same (namespace, key).
+func sameKey(a, b *slot) bool {
+	return a.tag() == b.tag() && a.ns == b.ns && a.short == b.short && a.long == b.long
 }
 
 // tracking is a key's consumption as gossip reports it. It lives apart from
@@ -43,23 +102,24 @@ type tracking struct {
 	window uint64 // the window used counts in (windowed algorithms; 0 for the buckets)
 	used   uint64 // tokens admitted here (not charged by peers) in this epoch and window
 	sent   uint64 // used, as of the last drain; used != sent means it is on the dirty list
+	key    string // the key, for the drain (shares a long key's bytes)
 }
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local
-// consumption changed since the last drain. It names the key itself, so a
-// key evicted before the drain is still reported.
+// consumption changed since the last drain. It holds the key's tracking, so
+// a key evicted before the drain is still reported.
 type dirtyKey struct {
-	t   *tracking
-	key string
-	ns  Namespace
+	t  *tracking
+	ns Namespace
 }
 
 // stateFor returns the slot's state for lim's algorithm, starting it afresh
 // if it belonged to another (a rule whose algorithm changed).
 func (sl *slot) stateFor(lim Limit) *state {
-	if sl.algo != lim.algo {
+	if sl.algo() != lim.algo {
 		sl.st.log.release()
-		sl.st, sl.algo = state{}, lim.algo
+		sl.st = state{}
+		sl.setAlgo(lim.algo)
 	}
 	return &sl.st
 }
@@ -75,21 +135,22 @@ const (
 	shrinkBelow = 8
 )
 
-// home is the slot where a probe for hash h starts.
-func home(h uint64, n int) int { return int(uint64(uint32(h)) * uint64(n) >> 32) }
+// home is the slot where a probe for tag starts.
+func home(tag uint32, n int) int { return int(uint64(tag) * uint64(n) >> 32) }
 
 // find returns the index of the slot holding (ns, key), whose hash is h, or
 // if there is none the index of the empty slot where it would go. The key is
 // a request's bytes or a held key's string, compared without a copy.
 func find[K string | []byte](sh *shard, h uint64, ns Namespace, key K) (i int, found bool) {
 	t := sh.slots
-	i = home(h, len(t))
+	tag := tagOf(h)
+	i = home(tag, len(t))
 	for {
 		sl := &t[i]
-		if sl.h == h && sl.ns == ns && sl.key == string(key) {
+		if sl.tag() == tag && sl.ns == ns && holds(sl, key) {
 			return i, true
 		}
-		if sl.h == 0 {
+		if sl.w == 0 {
 			return i, false
 		}
 		if i++; i == len(t) {
@@ -128,12 +189,17 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 		i, _ = find(sh, h, ns, key) // slots moved
 	}
 	sl := &sh.slots[i]
-	*sl = slot{h: h, key: string(key), ns: ns, algo: algo}
+	*sl = slot{w: tagOf(h) | uint32(algo), ns: ns}
+	sl.setKey(key)
 	if s.track {
 		if spare == nil {
 			spare = &tracking{}
 		}
-		*spare = tracking{epoch: s.epochs.Add(1)}
+		k := string(key)
+		if sl.long != nil {
+			k = sl.key() // share the bytes
+		}
+		*spare = tracking{epoch: s.epochs.Add(1), key: k}
 		sl.t = spare
 	}
 	sh.n++
@@ -153,11 +219,11 @@ func (sh *shard) resize(n int) {
 	old := sh.slots
 	sh.slots = make([]slot, n)
 	for i := range old {
-		if old[i].h == 0 {
+		if old[i].w == 0 {
 			continue
 		}
-		j := home(old[i].h, n)
-		for sh.slots[j].h != 0 {
+		j := home(old[i].tag(), n)
+		for sh.slots[j].w != 0 {
 			if j++; j == n {
 				j = 0
 			}
@@ -185,11 +251,11 @@ func (sh *shard) removeAt(i int) {
 		if j++; j == n {
 			j = 0
 		}
-		if t[j].h == 0 {
+		if t[j].w == 0 {
 			break
 		}
 		// t[j] may fill the hole at i unless its home lies cyclically in (i, j].
-		k := home(t[j].h, n)
+		k := home(t[j].tag(), n)
 		if (i < j && i < k && k <= j) || (j < i && (i < k || k <= j)) {
 			continue
 		}
@@ -209,17 +275,17 @@ func (sh *shard) each(fn func(i int, sl *slot) bool) {
 	// back toward the run's start, never past an empty slot, so revisiting
 	// the index just emptied sees each slot once.
 	start := 0
-	for start < n && t[start].h != 0 {
+	for start < n && t[start].w != 0 {
 		start++
 	}
 	for k := 1; k <= n; k++ {
 		i := (start + k) % n
-		for t[i].h != 0 {
-			h, ns, key := t[i].h, t[i].ns, t[i].key
+		for t[i].w != 0 {
+			was := t[i]
 			if !fn(i, &t[i]) {
 				return
 			}
-			if sl := &t[i]; sl.h == h && sl.ns == ns && sl.key == key {
+			if sameKey(&t[i], &was) {
 				break // kept: move on
 			}
 		}
@@ -240,7 +306,7 @@ func (sh *shard) makeRoom(now time.Time) (evicted int, spare *tracking) {
 	seen := 0
 	i := rand.IntN(len(t))
 	for range len(t) {
-		if t[i].h != 0 {
+		if t[i].w != 0 {
 			idx[seen] = i
 			if seen++; seen == evictSample {
 				break
@@ -267,20 +333,29 @@ func (sh *shard) makeRoom(now time.Time) (evicted int, spare *tracking) {
 	}
 	// A removal moves the slots after it, so each victim is looked up again
 	// (in lines just read) rather than removed by its index in the sample.
-	var gone [evictSample]struct {
-		h   uint64
-		ns  Namespace
-		key string
-	}
+	var gone [evictSample]slot
 	for k, sl := range victims[:evicted] {
-		gone[k].h, gone[k].ns, gone[k].key = sl.h, sl.ns, sl.key
+		gone[k] = *sl
 	}
-	for _, v := range gone[:evicted] {
-		i, _ := find(sh, v.h, v.ns, v.key)
+	for k := range gone[:evicted] {
+		i := sh.indexOf(&gone[k])
 		if tr := t[i].t; tr != nil && spare == nil && len(sh.dirty) == 0 {
 			spare = tr
 		}
 		sh.removeAt(i)
 	}
 	return evicted, spare
+}
+
+// indexOf returns the index of the slot holding the key v holds, which the
+// shard holds.
+func (sh *shard) indexOf(v *slot) int {
+	t := sh.slots
+	i := home(v.tag(), len(t))
+	for !sameKey(&t[i], v) {
+		if i++; i == len(t) {
+			i = 0
+		}
+	}
+	return i
 }
