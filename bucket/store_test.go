@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -387,6 +388,40 @@ func TestStoreTakeOnLongKeyAllocatesNothing(t *testing.T) {
 		}
 		if c, ok := s.Local(1, key); !ok || c.Key != string(key) {
 			t.Fatalf("%d-byte key: Local = %+v, %v", n, c, ok)
+		}
+	}
+}
+
+// A new key allocates its copy once, whether short or long, tracked or not,
+// at the cap or below it: the slot's table and tracking are reused or grow
+// by amortized steps.
+func TestStoreNewKeyAllocatesItsCopyOnce(t *testing.T) {
+	for _, track := range []bool{false, true} {
+		for _, n := range []int{12, 40} {
+			s := NewStore(StoreConfig{TrackConsumption: track, MaxKeys: 64, Shards: 1})
+			lim := MustLimit(1, time.Hour, 5)
+			i := 0
+			fill := func() {
+				i++
+				s.Take(1, fmt.Appendf(nil, "%0*d", n, i), lim, 1, t0)
+				s.DrainDirty(func(Consumption) {})
+			}
+			for range 200 { // to the cap, tables grown
+				fill()
+			}
+			buf := []byte(fmt.Sprintf("%0*d", n, 0))
+			allocs := testing.AllocsPerRun(200, func() {
+				i++
+				s.Take(1, strconv.AppendInt(buf[:n-10], int64(1e9)+int64(i), 10), lim, 1, t0)
+				s.DrainDirty(func(Consumption) {})
+			})
+			want := 0.0
+			if n > maxShortKey || track {
+				want = 1
+			}
+			if allocs != want {
+				t.Errorf("tracking %v, %d-byte keys: a new key at the cap allocates %v times, want %v", track, n, allocs, want)
+			}
 		}
 	}
 }

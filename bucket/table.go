@@ -195,9 +195,11 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 		if spare == nil {
 			spare = &tracking{}
 		}
-		k := string(key)
+		var k string
 		if sl.long != nil {
-			k = sl.key() // share the bytes
+			k = unsafe.String((*byte)(sl.long), len(key)) // a long key's bytes, shared
+		} else {
+			k = string(key)
 		}
 		*spare = tracking{epoch: s.epochs.Add(1), key: k}
 		sl.t = spare
