@@ -425,3 +425,23 @@ func TestStoreNewKeyAllocatesItsCopyOnce(t *testing.T) {
 		}
 	}
 }
+
+// Keys reaped by Sweep give their table's room back.
+func TestSweepShrinksTheTable(t *testing.T) {
+	s := NewStore(StoreConfig{Shards: 1})
+	lim := MustLimit(10, time.Second, 10)
+	for i := range 10_000 {
+		s.Take(1, []byte(strconv.Itoa(i)), lim, 1, t0)
+	}
+	s.Take(1, []byte("indebted"), lim, 10, t0)
+	grown := len(s.shards[0].slots)
+	if n := s.Sweep(at(200 * time.Millisecond)); n != 10_000 {
+		t.Fatalf("sweep evicted %d, want 10000", n)
+	}
+	if got := len(s.shards[0].slots); got > minTable || grown < 10_000 {
+		t.Fatalf("table of %d slots for 10001 keys, %d for 1", grown, got)
+	}
+	if _, held := s.Balance(1, []byte("indebted"), lim, at(200*time.Millisecond)); !held {
+		t.Fatal("the indebted key was lost when the table shrank")
+	}
+}
