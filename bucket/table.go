@@ -30,6 +30,9 @@ import (
 // nothing outside the shard's own methods keeps one.
 
 // slot is one key's place in its shard's table: 64 bytes, one cache line.
+// A long key is held by a bare pointer to its bytes (unsafe.StringData of
+// its copy), its length beside the inline bytes, because a string header
+// (16 bytes) would leave no room in the line for a short key.
 type slot struct {
 	w     uint32         // the hash's tag (bits 3-31) and the algorithm st belongs to (bits 0-2); 0: empty
 	ns    Namespace      // the key's rule
