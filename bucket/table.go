@@ -51,6 +51,9 @@ const longKey = 0xFF
 // algoBits is how many low bits of slot.w hold the algorithm.
 const algoBits = 3
 
+// Every algorithm fits in algoBits (this fails to compile otherwise).
+const _ = uint(1<<algoBits - numAlgorithms)
+
 // tagOf is the tag a key of hash h is kept and found under: never 0.
 func tagOf(h uint64) uint32 { return uint32(h)&^(1<<algoBits-1) | 1<<algoBits }
 
