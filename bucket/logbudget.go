@@ -103,10 +103,10 @@ func (s *Store) LogStats() (used, budget int64, refused uint64) {
 	return s.logs.used.Load(), s.logs.max, s.logs.refused.Load()
 }
 
-// attachLog puts e's sliding log, if it has one not yet counted, on the
+// attachLog puts sl's sliding log, if it has one not yet counted, on the
 // store's budget. The caller holds the shard's lock.
-func (s *Store) attachLog(e *entry) {
-	if ls := e.st.log; ls != nil && ls.budget == nil {
+func (s *Store) attachLog(sl *slot) {
+	if ls := sl.st.log; ls != nil && ls.budget == nil {
 		ls.budget = &s.logs
 	}
 }

@@ -20,8 +20,8 @@ func TestLogBudgetBoundsSlidingLogMemory(t *testing.T) {
 		n        = 20_000
 		requests = 64
 		budget   = 256 << 10
-		// Per key: entry 64 B, key string 16 B, map slot ~40 B, logState 144 B,
-		// first log entry 16 B, rounded up generously for map growth slack.
+		// Per key: a 64-byte slot in a table 60-80% full (80-107 B),
+		// logState 144 B, first log entry 16 B, rounded up generously.
 		perKey = 400
 	)
 	lim := MustLimitOf(AlgoSlidingLog, MaxLogLimit, time.Hour, 0)

@@ -14,14 +14,17 @@ func (s *Store) Reset(ns Namespace, key []byte, maxEpoch uint64) bool {
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.get(h, ns, key)
-	if e == nil || (e.t != nil && e.t.epoch > maxEpoch) {
+	i, ok := find(sh, h, ns, key)
+	if !ok {
 		return false
 	}
-	if e.t != nil {
-		e.t.sent = e.t.used // still on the dirty list, but with nothing to report
+	if t := sh.slots[i].t; t != nil {
+		if t.epoch > maxEpoch {
+			return false
+		}
+		t.sent = t.used // still on the dirty list, but with nothing to report
 	}
-	sh.remove(h, e)
+	sh.removeAt(i)
 	return true
 }
 

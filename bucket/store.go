@@ -82,96 +82,16 @@ type Store struct {
 	logs      logBudget
 }
 
-// shard is one lock's share of the buckets. Its map is keyed by the 64-bit
-// seeded hash of (namespace, key), which the store computes once per request
-// to pick the shard anyway: a map keyed by a (namespace, string) struct hashed
-// the key a second time with the runtime's generic struct hash and compared
-// it field by field, and cost two to three times as much per lookup
-// (profiled: hashing and comparing the struct key were a third of a lookup).
-// Entries whose hashes collide, which a seeded 64-bit hash makes vanishingly
-// rare and unpredictable from outside, are chained through entry.next.
+// shard is one lock's share of the keys, in an open-addressing table whose
+// slots hold each key's state inline (see table.go).
 type shard struct {
-	mu      sync.Mutex
-	buckets map[uint64]*entry
-	n       int      // entries held, chained ones included
-	dirty   []*entry // entries whose local consumption changed since the last drain
+	mu    sync.Mutex
+	slots []slot
+	n     int        // slots held
+	dirty []dirtyKey // keys whose local consumption changed since the last drain
 	// leftovers are windows' last consumption not yet drained when their
-	// entries moved on to a new window (windowed algorithms only).
+	// keys moved on to a new window (windowed algorithms only).
 	leftovers []Consumption
-}
-
-// entry is a key's state, its key, and when the store tracks consumption,
-// what gossip needs to know about it. The tracking part lives apart so that
-// a store that does not track keeps its entries small. An entry is 64 bytes.
-type entry struct {
-	st   state
-	t    *tracking
-	key  string
-	ns   Namespace
-	algo Algorithm // the algorithm st belongs to
-	next *entry    // the next entry with the same hash
-}
-
-// stateFor returns the entry's state for lim's algorithm, starting it afresh
-// if it belonged to another (a rule whose algorithm changed).
-func (e *entry) stateFor(lim Limit) *state {
-	if e.algo != lim.algo {
-		e.st.log.release()
-		e.st, e.algo = state{}, lim.algo
-	}
-	return &e.st
-}
-
-type tracking struct {
-	epoch  uint64 // this bucket's incarnation
-	window uint64 // the window used counts in (windowed algorithms; 0 for the buckets)
-	used   uint64 // tokens admitted here (not charged by peers) in this epoch and window
-	sent   uint64 // used, as of the last drain; used != sent means the entry is on the dirty list
-}
-
-// get returns the entry of (ns, key), whose hash is h, or nil.
-func (sh *shard) get(h uint64, ns Namespace, key []byte) *entry {
-	e := sh.buckets[h]
-	for e != nil && (e.ns != ns || e.key != string(key)) {
-		e = e.next
-	}
-	return e
-}
-
-// remove unlinks e, whose hash is h.
-func (sh *shard) remove(h uint64, e *entry) {
-	head := sh.buckets[h]
-	if head == e {
-		if e.next == nil {
-			delete(sh.buckets, h)
-		} else {
-			sh.buckets[h] = e.next
-		}
-	} else {
-		for p := head; p != nil; p = p.next {
-			if p.next == e {
-				p.next = e.next
-				break
-			}
-		}
-	}
-	e.next = nil
-	e.st.log.release()
-	sh.n--
-}
-
-// each calls fn for every entry until it returns false. fn may remove the
-// entry it is given (and no other).
-func (sh *shard) each(fn func(h uint64, e *entry) bool) {
-	for h, e := range sh.buckets {
-		for e != nil {
-			next := e.next
-			if !fn(h, e) {
-				return
-			}
-			e = next
-		}
-	}
 }
 
 // record adds local consumption in window (0 for the buckets), putting the
@@ -179,12 +99,12 @@ func (sh *shard) each(fn func(h uint64, e *entry) bool) {
 // window, what the old one admitted since the last drain is kept as a
 // leftover for the next drain, up to maxLeftovers per shard (beyond, it is
 // lost to gossip, which errs toward admitting). The caller holds sh.mu.
-func (sh *shard) record(e *entry, cost int64, window uint64) {
-	t := e.t
+func (sh *shard) record(sl *slot, cost int64, window uint64) {
+	t := sl.t
 	if t.window != window {
 		if t.used != t.sent { // on the dirty list, and stays there for the new window
 			if len(sh.leftovers) < maxLeftovers {
-				sh.leftovers = append(sh.leftovers, Consumption{NS: e.ns, Key: e.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+				sh.leftovers = append(sh.leftovers, Consumption{NS: sl.ns, Key: t.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			}
 			t.window, t.used, t.sent = window, uint64(cost), 0
 			return
@@ -192,13 +112,17 @@ func (sh *shard) record(e *entry, cost int64, window uint64) {
 		t.window, t.used, t.sent = window, 0, 0
 	}
 	if t.used == t.sent {
-		sh.dirty = append(sh.dirty, e)
+		sh.dirty = append(sh.dirty, dirtyKey{t: t, ns: sl.ns})
 	}
 	t.used += uint64(cost)
 }
 
 // maxLeftovers bounds a shard's leftovers should nothing drain them.
 const maxLeftovers = 4096
+
+// maxIdleDirty is the longest dirty list a shard keeps the room of once
+// drained: a burst of new keys grows the list, and its room goes back.
+const maxIdleDirty = 1024
 
 // NewStore returns an empty Store bounded by cfg.
 func NewStore(cfg StoreConfig) *Store {
@@ -228,7 +152,7 @@ func NewStore(cfg StoreConfig) *Store {
 	s.epochs.Store(cfg.EpochBase)
 	s.logs.max = cfg.MaxLogBytes
 	for i := range s.shards {
-		s.shards[i].buckets = make(map[uint64]*entry)
+		s.shards[i].slots = make([]slot, minTable)
 	}
 	return s
 }
@@ -274,11 +198,8 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	}
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
-	e := sh.get(h, ns, key)
-	if e == nil {
-		e = sh.insert(s, h, ns, key, lim.algo, now)
-	}
-	st := e.stateFor(lim)
+	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
+	st := sl.stateFor(lim)
 	switch {
 	case lim.algo == AlgoTokenBucket && l == leeway{}:
 		r = (*Bucket)(st).Take(lim, cost, now) // the common case, called directly
@@ -289,10 +210,10 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	default:
 		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
-	if r.Allowed && e.t != nil {
-		sh.record(e, cost, st.window(lim, now))
+	if r.Allowed && sl.t != nil {
+		sh.record(sl, cost, st.window(lim, now))
 	}
-	s.attachLog(e)
+	s.attachLog(sl)
 	sh.mu.Unlock()
 	return r, soft, nil
 }
@@ -305,8 +226,8 @@ func (s *Store) Check(ns Namespace, key []byte, lim Limit, cost int64, now time.
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
 	var r Result
-	if e := sh.get(h, ns, key); e != nil {
-		r, _ = e.stateFor(lim).decide(lim, cost, 0, false, now)
+	if sl := sh.get(h, ns, key); sl != nil {
+		r, _ = sl.stateFor(lim).decide(lim, cost, 0, false, now)
 	} else {
 		var fresh state
 		r, _ = fresh.decide(lim, cost, 0, false, now)
@@ -323,8 +244,8 @@ func (s *Store) CheckOverdraft(ns Namespace, key []byte, lim Limit, cost, overdr
 	}
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
-	if e := sh.get(h, ns, key); e != nil {
-		r, soft = e.stateFor(lim).decide(lim, cost, overdraft, false, now)
+	if sl := sh.get(h, ns, key); sl != nil {
+		r, soft = sl.stateFor(lim).decide(lim, cost, overdraft, false, now)
 	} else {
 		var fresh state
 		r, soft = fresh.decide(lim, cost, overdraft, false, now)
@@ -354,14 +275,11 @@ func (s *Store) ChargeWindow(ns Namespace, key []byte, lim Limit, cost int64, wi
 	}
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
-	e := sh.get(h, ns, key)
-	if e == nil {
-		e = sh.insert(s, h, ns, key, lim.algo, now)
-	}
-	st := e.stateFor(lim)
+	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
+	st := sl.stateFor(lim)
 	st.charge(lim, cost, window, now)
 	balance = st.balance(lim, now)
-	s.attachLog(e)
+	s.attachLog(sl)
 	sh.mu.Unlock()
 	return balance, nil
 }
@@ -376,8 +294,8 @@ func (s *Store) Record(ns Namespace, key []byte, lim Limit, cost int64, now time
 	}
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
-	if e := sh.get(h, ns, key); e != nil && e.t != nil {
-		sh.record(e, cost, e.stateFor(lim).window(lim, now))
+	if sl := sh.get(h, ns, key); sl != nil && sl.t != nil {
+		sh.record(sl, cost, sl.stateFor(lim).window(lim, now))
 	}
 	sh.mu.Unlock()
 }
@@ -405,13 +323,16 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 			sh.leftovers[j] = Consumption{}
 		}
 		sh.leftovers = sh.leftovers[:0]
-		for j, e := range sh.dirty {
-			t := e.t
-			fn(Consumption{NS: e.ns, Key: e.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+		for j, d := range sh.dirty {
+			t := d.t
+			fn(Consumption{NS: d.ns, Key: t.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			t.sent = t.used
-			sh.dirty[j] = nil
+			sh.dirty[j] = dirtyKey{}
 		}
 		sh.dirty = sh.dirty[:0]
+		if cap(sh.dirty) > maxIdleDirty {
+			sh.dirty = nil // a burst of new keys' list is not kept for good
+		}
 		sh.mu.Unlock()
 	}
 }
@@ -424,19 +345,20 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		more := true
-		sh.each(func(_ uint64, e *entry) bool {
-			if e.st.isFull(now) {
+		sh.each(func(_ int, sl *slot) bool {
+			if sl.st.isFull(now) {
 				return true
 			}
-			l, ok := lim(e.ns, e.key)
+			key := sl.key()
+			l, ok := lim(sl.ns, key)
 			if !ok {
 				return true
 			}
-			c := Consumption{NS: e.ns, Key: e.key}
-			if e.t != nil {
-				c.Epoch, c.Window, c.Used, c.Prev = e.t.epoch, e.t.window, e.t.used, e.t.used
+			c := Consumption{NS: sl.ns, Key: key}
+			if sl.t != nil {
+				c.Epoch, c.Window, c.Used, c.Prev = sl.t.epoch, sl.t.window, sl.t.used, sl.t.used
 			}
-			more = fn(c, l, e.stateFor(l).balance(l, now))
+			more = fn(c, l, sl.stateFor(l).balance(l, now))
 			return more
 		})
 		sh.mu.Unlock()
@@ -462,12 +384,9 @@ func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, window uint64, balanc
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.get(h, ns, key)
-	if e == nil {
-		e = sh.insert(s, h, ns, key, lim.algo, now)
-	}
-	changed := e.stateFor(lim).adopt(lim, window, balance, now)
-	s.attachLog(e)
+	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
+	changed := sl.stateFor(lim).adopt(lim, window, balance, now)
+	s.attachLog(sl)
 	return changed
 }
 
@@ -477,8 +396,8 @@ func (s *Store) Balance(ns Namespace, key []byte, lim Limit, now time.Time) (flo
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.get(h, ns, key); e != nil {
-		return e.stateFor(lim).balance(lim, now), true
+	if sl := sh.get(h, ns, key); sl != nil {
+		return sl.stateFor(lim).balance(lim, now), true
 	}
 	return float64(lim.burst), false
 }
@@ -489,8 +408,8 @@ func (s *Store) Local(ns Namespace, key []byte) (Consumption, bool) {
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.get(h, ns, key); e != nil && e.t != nil {
-		return Consumption{NS: ns, Key: e.key, Epoch: e.t.epoch, Window: e.t.window, Used: e.t.used, Prev: e.t.sent}, true
+	if sl := sh.get(h, ns, key); sl != nil && sl.t != nil {
+		return Consumption{NS: ns, Key: sl.t.key, Epoch: sl.t.epoch, Window: sl.t.window, Used: sl.t.used, Prev: sl.t.sent}, true
 	}
 	return Consumption{}, false
 }
@@ -502,16 +421,16 @@ func (s *Store) Rescale(ns Namespace, limits func(key string) (old, new Limit), 
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.each(func(_ uint64, e *entry) bool {
-			if e.ns == ns {
-				old, new := limits(e.key)
-				if old != new && !old.IsZero() && !new.IsZero() && e.algo == old.algo {
+		sh.each(func(_ int, sl *slot) bool {
+			if sl.ns == ns {
+				old, new := limits(sl.key())
+				if old != new && !old.IsZero() && !new.IsZero() && sl.algo() == old.algo {
 					if old.algo != new.algo {
-						e.st.log.release()
+						sl.st.log.release()
 					}
-					e.st.rescale(old, new, now)
-					e.algo = new.algo
-					s.attachLog(e)
+					sl.st.rescale(old, new, now)
+					sl.setAlgo(new.algo)
+					s.attachLog(sl)
 				}
 			}
 			return true
@@ -529,15 +448,16 @@ func (s *Store) Sweep(now time.Time) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.each(func(h uint64, e *entry) bool {
-			if e.st.isFull(now) && (e.t == nil || e.t.used == e.t.sent) {
-				sh.remove(h, e)
+		sh.each(func(i int, sl *slot) bool {
+			if sl.st.isFull(now) && (sl.t == nil || sl.t.used == sl.t.sent) {
+				sh.removeAt(i)
 				evicted++
-			} else if e.st.log != nil {
-				e.st.log.shrink()
+			} else if sl.st.log != nil {
+				sl.st.log.shrink()
 			}
 			return true
 		})
+		sh.shrink()
 		sh.mu.Unlock()
 	}
 	s.evictions.Add(uint64(evicted))
@@ -580,84 +500,10 @@ func (s *Store) validate(key []byte, lim Limit, cost int64) error {
 	return nil
 }
 
-// locate hashes (ns, key) once: the hash picks the shard and is the shard
-// map's key.
+// locate hashes (ns, key) once: the hash's high half picks the shard, its
+// low half the home slot in the shard's table, and it is kept in the slot
+// (never 0, which marks an empty slot).
 func (s *Store) locate(ns Namespace, key []byte) (uint64, *shard) {
-	h := maphash.Bytes(s.seed, key) ^ (uint64(ns)+1)*0x9E3779B97F4A7C15
-	return h, &s.shards[(h^h>>32)&s.mask]
-}
-
-// insert adds a full bucket for key, making room first if the shard is at its
-// cap. The caller holds sh.mu.
-func (sh *shard) insert(s *Store, h uint64, ns Namespace, key []byte, algo Algorithm, now time.Time) *entry {
-	var e *entry
-	if sh.n >= s.shardCap {
-		evicted, spare := sh.makeRoom(now)
-		s.evictions.Add(uint64(evicted))
-		e = spare
-	}
-	if e == nil {
-		e = &entry{}
-	}
-	t := e.t
-	*e = entry{key: string(key), ns: ns, algo: algo, next: sh.buckets[h]}
-	if s.track {
-		if t == nil {
-			t = &tracking{}
-		}
-		*t = tracking{epoch: s.epochs.Add(1)}
-		e.t = t
-	}
-	sh.buckets[h] = e
-	sh.n++
-	return e
-}
-
-// makeRoom evicts from a sample of the shard's buckets every one that is full,
-// or if none is, the one nearest to full. It returns how many it evicted, and
-// an evicted entry the caller may reuse for the new key (nil if each is still
-// on the dirty list, where gossip will read it): at the cap, every new key
-// would otherwise allocate an entry while one becomes garbage.
-func (sh *shard) makeRoom(now time.Time) (evicted int, spare *entry) {
-	// The sample is gathered first and its buckets read after: the reads do
-	// not depend on each other, so the CPU overlaps their cache misses
-	// instead of waiting on each in turn. In a flood of unique keys at the
-	// cap, makeRoom was a third of the daemon's CPU, mostly spent waiting on
-	// those reads (BenchmarkStoreAtCap: this ordering took 10% off a new key).
-	var hashes [evictSample]uint64
-	var entries [evictSample]*entry
-	seen := 0
-	// Only the heads of chains are sampled, so that gathering touches no
-	// entry (following a chain would read each one, one miss at a time).
-	for h, e := range sh.buckets { // map iteration starts at a random entry
-		hashes[seen], entries[seen] = h, e
-		if seen++; seen == evictSample {
-			break
-		}
-	}
-	var full [evictSample]int64
-	for i, e := range entries[:seen] {
-		full[i] = e.st.full
-	}
-	n := now.UnixNano()
-	victim := -1
-	evict := func(i int) {
-		e := entries[i]
-		sh.remove(hashes[i], e)
-		evicted++
-		if spare == nil && (e.t == nil || e.t.used == e.t.sent) {
-			spare = e
-		}
-	}
-	for i := range seen {
-		if full[i] <= n {
-			evict(i)
-		} else if victim < 0 || full[i] < full[victim] {
-			victim = i
-		}
-	}
-	if evicted == 0 && victim >= 0 {
-		evict(victim)
-	}
-	return evicted, spare
+	h := maphash.Bytes(s.seed, key) ^ (uint64(ns)+1)*0x9E3779B97F4A7C15 | 1
+	return h, &s.shards[(h>>32)&s.mask]
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -236,41 +237,211 @@ func TestStoreMemoryPerIdleKey(t *testing.T) {
 	runtime.KeepAlive(s)
 }
 
-// Entries whose hashes collide share a chain; a seeded 64-bit hash makes
-// that too rare to meet in a test, so the chain is built by hand here.
-func TestShardChainsCollidingEntries(t *testing.T) {
-	sh := &shard{buckets: map[uint64]*entry{}}
-	a := &entry{key: "a", ns: 1}
-	b := &entry{key: "b", ns: 1, next: a}
-	c := &entry{key: "a", ns: 2, next: b}
-	sh.buckets[7], sh.n = c, 3
-	sh.buckets[9] = &entry{key: "z", ns: 1}
-	sh.n++
+// Keys whose hashes collide probe on past each other; a seeded 64-bit hash
+// makes that too rare to meet in a test, so the hashes are chosen here.
+func TestShardTableCollidingHashes(t *testing.T) {
+	s := NewStore(StoreConfig{Shards: 1})
+	sh := &s.shards[0]
+	put := func(h uint64, ns Namespace, key string) *slot {
+		sl := sh.getOrInsert(s, h, ns, []byte(key), AlgoTokenBucket, t0)
+		sl.st.full = int64(len(key))*1000 + int64(ns) // tell them apart after moves
+		return sl
+	}
+	put(7, 1, "a")
+	put(7, 1, "b")
+	put(7, 2, "a")
+	put(0x100007, 1, "z")
+	if sh.n != 4 {
+		t.Fatalf("n = %d, want 4", sh.n)
+	}
 	for _, tc := range []struct {
+		h    uint64
 		ns   Namespace
 		key  string
-		want *entry
-	}{{1, "a", a}, {1, "b", b}, {2, "a", c}, {2, "b", nil}, {1, "z", nil}} {
-		if got := sh.get(7, tc.ns, []byte(tc.key)); got != tc.want {
-			t.Errorf("get(7, %d, %q) = %v, want %v", tc.ns, tc.key, got, tc.want)
+		want bool
+	}{{7, 1, "a", true}, {7, 1, "b", true}, {7, 2, "a", true}, {7, 2, "b", false}, {7, 1, "z", false}, {0x100007, 1, "z", true}} {
+		sl := sh.get(tc.h, tc.ns, []byte(tc.key))
+		if (sl != nil) != tc.want || (sl != nil && (sl.key() != tc.key || sl.ns != tc.ns)) {
+			t.Errorf("get(%d, %d, %q) = %+v, want found %v", tc.h, tc.ns, tc.key, sl, tc.want)
 		}
 	}
-	sh.remove(7, b) // from the middle
-	if sh.get(7, 1, []byte("b")) != nil || sh.get(7, 1, []byte("a")) != a || sh.n != 3 {
-		t.Fatalf("after removing the middle entry: chain %v, n %d", sh.buckets[7], sh.n)
+	i, _ := find(sh, 7, 1, []byte("b")) // from the middle of the run
+	sh.removeAt(i)
+	if sh.get(7, 1, []byte("b")) != nil || sh.get(7, 1, []byte("a")) == nil || sh.get(7, 2, []byte("a")) == nil || sh.n != 3 {
+		t.Fatalf("after removing the middle key: n %d, table %+v", sh.n, sh.slots)
 	}
-	sh.remove(7, c) // the head
-	if sh.buckets[7] != a || sh.get(7, 2, []byte("a")) != nil {
-		t.Fatalf("after removing the head: %v", sh.buckets[7])
+	i, _ = find(sh, 7, 1, []byte("a")) // the head of the run
+	sh.removeAt(i)
+	if sh.get(7, 2, []byte("a")) == nil || sh.get(7, 1, []byte("a")) != nil || sh.get(0x100007, 1, []byte("z")) == nil {
+		t.Fatalf("after removing the head: table %+v", sh.slots)
 	}
 	var seen []string
-	sh.each(func(h uint64, e *entry) bool {
-		seen = append(seen, e.key)
-		sh.remove(h, e)
+	sh.each(func(i int, sl *slot) bool {
+		seen = append(seen, sl.key())
+		sh.removeAt(i)
 		return true
 	})
 	slices.Sort(seen)
-	if fmt.Sprint(seen) != "[a z]" || len(sh.buckets) != 0 || sh.n != 0 {
-		t.Fatalf("each removing everything saw %v, left %d entries (n=%d)", seen, len(sh.buckets), sh.n)
+	if fmt.Sprint(seen) != "[a z]" || sh.n != 0 {
+		t.Fatalf("each removing everything saw %v, left n=%d", seen, sh.n)
+	}
+	for i := range sh.slots {
+		if sh.slots[i].w != 0 {
+			t.Fatalf("slot %d still held after removing everything: %+v", i, sh.slots[i])
+		}
+	}
+}
+
+// The table against a map, with hashes drawn from a handful of values so
+// that runs are long, collide and wrap around the table's end: every key
+// inserted and not removed is found, none removed is, after any mix of
+// inserts, removals, removals during each, growth and shrinking.
+func TestShardTableMatchesAMap(t *testing.T) {
+	for seed := range uint64(20) {
+		s := NewStore(StoreConfig{Shards: 1, MaxKeys: 1 << 20})
+		sh := &s.shards[0]
+		model := map[string]uint64{}
+		x := seed*0x9E3779B97F4A7C15 + 1
+		for step := range 3000 {
+			x = next(x)
+			key := fmt.Sprint("k", x%200)
+			switch x % 200 % 4 { // inline, at and past the inline limit
+			case 1:
+				key = fmt.Sprintf("k%014d", x%200)
+			case 2:
+				key = fmt.Sprintf("k%015d", x%200)
+			case 3:
+				key = fmt.Sprintf("k%040d", x%200)
+			}
+			h := (x>>8)%5<<30 | (x>>16)%3 | 1 // 5 homes spread over the table, 3 hashes per home
+			if old, ok := model[key]; ok {
+				h = old
+			}
+			switch x % 7 {
+			case 0, 1, 2, 3:
+				sh.getOrInsert(s, h, 1, []byte(key), AlgoTokenBucket, t0)
+				model[key] = h
+			case 4, 5:
+				if i, ok := find(sh, h, 1, key); ok {
+					sh.removeAt(i)
+					delete(model, key)
+				}
+			case 6:
+				visited, held := map[string]bool{}, sh.n
+				sh.each(func(i int, sl *slot) bool {
+					k := sl.key()
+					if visited[k] {
+						t.Fatalf("seed %d step %d: each visited %s twice", seed, step, k)
+					}
+					visited[k] = true
+					if len(k)%2 == int(x>>20)%2 {
+						delete(model, k)
+						sh.removeAt(i)
+					}
+					return true
+				})
+				if len(visited) != held {
+					t.Fatalf("seed %d step %d: each visited %d of %d", seed, step, len(visited), held)
+				}
+				sh.shrink()
+			}
+			if sh.n != len(model) {
+				t.Fatalf("seed %d step %d: n = %d, model holds %d", seed, step, sh.n, len(model))
+			}
+		}
+		for key, h := range model {
+			if sh.get(h, 1, []byte(key)) == nil {
+				t.Fatalf("seed %d: %s lost", seed, key)
+			}
+		}
+		seen := 0
+		sh.each(func(_ int, sl *slot) bool {
+			if h, ok := model[sl.key()]; !ok || tagOf(h) != sl.tag() {
+				t.Fatalf("seed %d: table holds %s, not in the model", seed, sl.key())
+			}
+			seen++
+			return true
+		})
+		if seen != len(model) {
+			t.Fatalf("seed %d: each saw %d of %d", seed, seen, len(model))
+		}
+	}
+}
+
+// Keys past the inline limit live apart from their slot; deciding on one
+// allocates nothing either.
+func TestStoreTakeOnLongKeyAllocatesNothing(t *testing.T) {
+	for _, n := range []int{maxShortKey, maxShortKey + 1, DefaultMaxKeyLen} {
+		s := NewStore(StoreConfig{TrackConsumption: true})
+		lim := MustLimit(1000, time.Second, 1000)
+		key := []byte(fmt.Sprintf("%0*d", n, 42))
+		s.Take(1, key, lim, 1, t0)
+		now := t0
+		allocs := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Millisecond)
+			s.Take(1, key, lim, 1, now)
+			s.Check(1, key, lim, 1, now)
+			s.Charge(1, key, lim, 1, now)
+		})
+		if allocs != 0 {
+			t.Fatalf("%d-byte key: Take+Check+Charge allocate %v times, want 0", n, allocs)
+		}
+		if c, ok := s.Local(1, key); !ok || c.Key != string(key) {
+			t.Fatalf("%d-byte key: Local = %+v, %v", n, c, ok)
+		}
+	}
+}
+
+// A new key allocates its copy once, whether short or long, tracked or not,
+// at the cap or below it: the slot's table and tracking are reused or grow
+// by amortized steps.
+func TestStoreNewKeyAllocatesItsCopyOnce(t *testing.T) {
+	for _, track := range []bool{false, true} {
+		for _, n := range []int{12, 40} {
+			s := NewStore(StoreConfig{TrackConsumption: track, MaxKeys: 64, Shards: 1})
+			lim := MustLimit(1, time.Hour, 5)
+			i := 0
+			fill := func() {
+				i++
+				s.Take(1, fmt.Appendf(nil, "%0*d", n, i), lim, 1, t0)
+				s.DrainDirty(func(Consumption) {})
+			}
+			for range 200 { // to the cap, tables grown
+				fill()
+			}
+			buf := []byte(fmt.Sprintf("%0*d", n, 0))
+			allocs := testing.AllocsPerRun(200, func() {
+				i++
+				s.Take(1, strconv.AppendInt(buf[:n-10], int64(1e9)+int64(i), 10), lim, 1, t0)
+				s.DrainDirty(func(Consumption) {})
+			})
+			want := 0.0
+			if n > maxShortKey || track {
+				want = 1
+			}
+			if allocs != want {
+				t.Errorf("tracking %v, %d-byte keys: a new key at the cap allocates %v times, want %v", track, n, allocs, want)
+			}
+		}
+	}
+}
+
+// Keys reaped by Sweep give their table's room back.
+func TestSweepShrinksTheTable(t *testing.T) {
+	s := NewStore(StoreConfig{Shards: 1})
+	lim := MustLimit(10, time.Second, 10)
+	for i := range 10_000 {
+		s.Take(1, []byte(strconv.Itoa(i)), lim, 1, t0)
+	}
+	s.Take(1, []byte("indebted"), lim, 10, t0)
+	grown := len(s.shards[0].slots)
+	if n := s.Sweep(at(200 * time.Millisecond)); n != 10_000 {
+		t.Fatalf("sweep evicted %d, want 10000", n)
+	}
+	if got := len(s.shards[0].slots); got > minTable || grown < 10_000 {
+		t.Fatalf("table of %d slots for 10001 keys, %d for 1", grown, got)
+	}
+	if _, held := s.Balance(1, []byte("indebted"), lim, at(200*time.Millisecond)); !held {
+		t.Fatal("the indebted key was lost when the table shrank")
 	}
 }
