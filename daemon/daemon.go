@@ -25,8 +25,9 @@ type Config struct {
 	Settings config.Settings
 	// Logger receives the daemon's logs. Default: discard.
 	Logger hclog.Logger
-	// Now is the clock, read once per request. Default: a monotonic clock.
-	// Tests inject their own.
+	// Now is the clock, read once per request. Default: wall time that
+	// advances with the monotonic clock and follows wall-clock steps
+	// (clock.go). Tests inject their own.
 	Now func() time.Time
 	// Gossip, if set, adjusts the gossip configuration last (testcluster
 	// injects fault-injecting transports and short timeouts through it).
@@ -38,6 +39,7 @@ type Daemon struct {
 	settings config.Settings
 	log      hclog.Logger
 	now      func() time.Time
+	clock    *stepClock // the default clock, resynced to wall-clock steps; nil when Config.Now is a test's
 	store    *bucket.Store
 	server   *ipc.Server
 
@@ -133,8 +135,10 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	var clock *stepClock
 	if cfg.Now == nil {
-		cfg.Now = monotonicClock()
+		clock = newStepClock()
+		cfg.Now = clock.Now
 	}
 	rules := config.DefaultRules()
 	if cfg.Settings.RulesURL != "" {
@@ -153,6 +157,7 @@ func New(cfg Config) (*Daemon, error) {
 		settings:  s,
 		log:       cfg.Logger,
 		now:       cfg.Now,
+		clock:     clock,
 		undecided: clientlib.NewFailOpenLog(cfg.Logger.Named("embedded").Warn, 0, false, nil),
 		store: bucket.NewStore(bucket.StoreConfig{
 			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen, MaxLogBytes: s.MaxLogBytes,
@@ -194,13 +199,6 @@ func New(cfg Config) (*Daemon, error) {
 		d.metrics.registerGossipSecurity(d)
 	}
 	return d, nil
-}
-
-// monotonicClock returns a clock whose readings advance with the monotonic
-// clock, so wall-clock steps never refill or drain buckets.
-func monotonicClock() func() time.Time {
-	base := time.Now()
-	return func() time.Time { return base.Add(time.Since(base)) }
 }
 
 // Run listens on the socket and serves until ctx ends, then shuts down
@@ -310,10 +308,14 @@ func (d *Daemon) Store() *bucket.Store { return d.store }
 func (d *Daemon) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(d.settings.SweepInterval)
 	defer t.Stop()
+	resync := time.NewTicker(clockCheckInterval)
+	defer resync.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-resync.C:
+			d.resyncClock()
 		case <-t.C:
 			if n := d.store.Sweep(d.now()); n > 0 {
 				d.log.Debug("evicted idle buckets", "count", n, "held", d.store.Len())

@@ -19,6 +19,7 @@ type metrics struct {
 	reloadAt  prometheus.Gauge
 	// fetchErrors counts failures to reach the rules service.
 	fetchErrors                          prometheus.Counter
+	clockSteps                           prometheus.Counter     // wall-clock steps followed (clock.go)
 	overshoot                            *prometheus.CounterVec // rule
 	latency                              prometheus.Histogram
 	clientFailedOpen, clientFailedClosed prometheus.Counter
@@ -46,6 +47,9 @@ func newMetrics(d *Daemon) *metrics {
 	m.fetchErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_rules_fetch_errors_total", Help: "Polls of the rules service (--rules-url) that got no rules document: unreachable, timeout, or a status other than 200 and 304.",
 	})
+	m.clockSteps = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_clock_steps_total", Help: "Wall-clock steps the daemon followed (more than 0.5 s between its monotonic-paced clock and the wall): windows realigned with the wall, bucket balances carried over.",
+	})
 	m.overshoot = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_cluster_overshoot_tokens_total",
 		Help: "Estimated tokens the cluster admitted beyond a rule's limit: the part of peers' consumption that reached this node's buckets below zero. " +
@@ -66,7 +70,7 @@ func newMetrics(d *Daemon) *metrics {
 	})
 	m.reloadAt.SetToCurrentTime()
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.reg.MustRegister(m.decisions, m.reloads, m.reloadAt, m.fetchErrors, m.overshoot, m.latency, m.clientFailedOpen, m.clientFailedClosed,
+	m.reg.MustRegister(m.decisions, m.reloads, m.reloadAt, m.fetchErrors, m.clockSteps, m.overshoot, m.latency, m.clientFailedOpen, m.clientFailedClosed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_active_keys", Help: "Buckets held in memory."},
 			func() float64 { return float64(d.store.Len()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_evictions_total", Help: "Buckets evicted (idle and full, or to make room at the cap)."},
