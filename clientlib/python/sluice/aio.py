@@ -5,7 +5,6 @@ backoff, peer-credential check, REPORT, bounded keys, multi-checks)."""
 
 import asyncio
 import itertools
-import os
 import struct
 import time
 
@@ -14,7 +13,7 @@ from .client import Inspection, Options, YOUNG_DEATH, MAX_QUEUED, _Core, handsha
 from .decision import Check
 from .errors import (ClientClosed, DaemonDown, InvalidRequest, ProtocolViolation, ReachError, ServerError,
                      SluiceError, Timeout)
-from .reach import explain_connect, socket_path_choice, verify_daemon  # noqa: F401
+from .reach import explain_connect, verify_daemon
 
 
 class _AConn:

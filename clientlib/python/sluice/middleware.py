@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
-from .decision import Check, Decision
+from .decision import Check
 from .errors import FailOpenLog, default_logger
 from .protocol import STATUS_UNKNOWN_RULE, STATUS_UNKNOWN_RULE_ALLOWED
 
@@ -49,13 +49,43 @@ class Limit:
 
 
 @dataclass
+class Shape:
+    """Hold requests over the limit until their turn instead of refusing
+    them (leaky-bucket behaviour): at most ``max_wait`` seconds, at most
+    ``max_queue`` requests held at once on the route (past it, requests are
+    decided without waiting)."""
+    max_wait: float
+    max_queue: int
+
+
+@dataclass
 class Route:
     """Limits for the requests a pattern matches: ``"/exact"``, ``"/prefix/"``
     (a trailing slash matches the subtree), optionally with a method:
     ``"POST /upload"``. The longest matching path wins; a pattern naming the
-    request's method beats one without."""
+    request's method beats one without. ``shape``, if set, holds requests
+    over the limit rather than refusing them."""
     pattern: str
     limits: List[Limit]
+    shape: Optional[Shape] = None
+
+    def __post_init__(self):
+        if self.shape is not None and (self.shape.max_wait <= 0 or self.shape.max_queue <= 0):
+            raise ValueError("sluice middleware: route %s: shaping needs a positive max wait and queue" % self.pattern)
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def hold(self):
+        """Take a place in the shaping queue; False when it is full."""
+        with self._lock:
+            if self._held >= self.shape.max_queue:
+                return False
+            self._held += 1
+            return True
+
+    def release(self):
+        with self._lock:
+            self._held -= 1
 
 
 @dataclass
@@ -260,18 +290,30 @@ class Limiter:
         self.events = events or Events()
 
     def checks(self, method, path, headers, remote, request):
-        """The checks a request must pass and the matched pattern ("" for the default)."""
-        limits, pattern = self.default, ""
+        """The checks a request must pass and the matched Route (None for the default)."""
+        limits, route = self.default, None
         for m, p, r in self.routes:
             if m and m != method.upper():
                 continue
             if path == p or (p.endswith("/") and path.startswith(p)):
-                limits, pattern = r.limits, r.pattern
+                limits, route = r.limits, r
                 break
         if not limits:
-            return [], pattern
+            return [], route
         who = self.identity.key(headers, remote, request)
-        return [Check(l.rule, "route:" + pattern if l.per_route else who, max(l.cost, 1)) for l in limits], pattern
+        pattern = route.pattern if route else ""
+        return [Check(lim.rule, "route:" + pattern if lim.per_route else who, max(lim.cost, 1))
+                for lim in limits], route
+
+    @staticmethod
+    def shaped(route, checks):
+        """Whether to ask for shaping: the route shapes and its queue has
+        room (the caller must release() the route after holding)."""
+        if route is None or route.shape is None or not route.hold():
+            return False
+        for c in checks:
+            c.max_delay = route.shape.max_wait
+        return True
 
     def answer(self, d, checks, fail_closed):
         """The Response for a decision on checks."""
@@ -323,18 +365,24 @@ class WSGIMiddleware:
         for k, v in environ.items():
             if k.startswith("HTTP_"):
                 headers.setdefault(k[5:].replace("_", "-").lower(), []).append(v)
-        checks, _ = self.limiter.checks(environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/") or "/",
-                                         headers, environ.get("REMOTE_ADDR", ""), environ)
+        checks, route = self.limiter.checks(environ.get("REQUEST_METHOD", "GET"),
+                                             environ.get("PATH_INFO", "/") or "/",
+                                             headers, environ.get("REMOTE_ADDR", ""), environ)
         if not checks:
             return self.app(environ, start_response)
-        d = self.limiter.client.allow_all(checks)
-        resp = self.limiter.answer(d, checks, self.limiter.client.opts.fail_closed)
+        held = self.limiter.shaped(route, checks)
+        try:
+            d = self.limiter.client.allow_all(checks)
+            resp = self.limiter.answer(d, checks, self.limiter.client.opts.fail_closed)
+            if not resp.status and d.delay > 0:
+                time.sleep(d.delay)  # a shaped check reserved a later turn: wait it out
+        finally:
+            if held:
+                route.release()
         if resp.status:
             start_response("%d %s" % (resp.status, _REASONS[resp.status]),
                            resp.headers + [("Content-Length", str(len(resp.body)))])
             return [resp.body]
-        if d.delay > 0:
-            time.sleep(d.delay)  # a shaped check reserved a later turn: wait it out
         if not resp.headers:
             return self.app(environ, start_response)
 
@@ -362,23 +410,28 @@ class ASGIMiddleware:
         for k, v in scope.get("headers", []):
             headers.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
         client = scope.get("client") or ("", 0)
-        checks, _ = self.limiter.checks(scope.get("method", "GET"), scope.get("path", "/"), headers,
-                                        client[0] or "", scope)
+        checks, route = self.limiter.checks(scope.get("method", "GET"), scope.get("path", "/"), headers,
+                                            client[0] or "", scope)
         if not checks:
             return await self.app(scope, receive, send)
-        if self._async:
-            d = await self.limiter.client.allow_all(checks)
-        else:
-            d = self.limiter.client.allow_all(checks)
-        resp = self.limiter.answer(d, checks, self.limiter.client.opts.fail_closed)
+        held = self.limiter.shaped(route, checks)
+        try:
+            if self._async:
+                d = await self.limiter.client.allow_all(checks)
+            else:
+                d = self.limiter.client.allow_all(checks)
+            resp = self.limiter.answer(d, checks, self.limiter.client.opts.fail_closed)
+            if not resp.status and d.delay > 0:
+                await asyncio.sleep(d.delay)  # a shaped check reserved a later turn: wait it out
+        finally:
+            if held:
+                route.release()
         if resp.status:
             hs = resp.headers + [("Content-Length", str(len(resp.body)))]
             await send({"type": "http.response.start", "status": resp.status,
                         "headers": [(n.lower().encode(), v.encode()) for n, v in hs]})
             await send({"type": "http.response.body", "body": resp.body})
             return
-        if d.delay > 0:
-            await asyncio.sleep(d.delay)
         if not resp.headers:
             return await self.app(scope, receive, send)
         extra = [(n.lower().encode(), v.encode()) for n, v in resp.headers]

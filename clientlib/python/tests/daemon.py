@@ -25,6 +25,8 @@ rules:
     rate: 100/1h
   many:
     rate: 20/1h
+  paced:
+    rate: 10/1s
 """
 
 

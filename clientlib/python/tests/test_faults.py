@@ -11,7 +11,7 @@ import sluice
 from sluice import protocol as P
 from sluice.client import Options, _Core
 
-from .fakeserver import FakeServer, handshake, read_frame, welcome_frame
+from .fakeserver import FakeServer, handshake, read_frame
 from .test_replay import wait_until
 
 

@@ -2,12 +2,13 @@
 
 import asyncio
 import json
+import time
 import unittest
 
 import sluice
 from sluice.aio import AsyncClient
 from sluice.decision import Result, decision_of
-from sluice.middleware import (ASGIMiddleware, HEADERS_DRAFT, HEADERS_LEGACY, Identity, Limit, Route,
+from sluice.middleware import (ASGIMiddleware, HEADERS_DRAFT, HEADERS_LEGACY, Identity, Limit, Route, Shape,
                                WSGIMiddleware, rate_limit_headers)
 
 from .daemon import Daemon, binary
@@ -157,6 +158,18 @@ class RealDaemonMiddlewareTest(unittest.TestCase):
     def setUp(self):
         self.d = Daemon().start()
         self.addCleanup(self.d.close)
+
+    def test_wsgi_shaping_holds_requests_over_the_limit(self):
+        c = sluice.Client.dial(socket_path=self.d.sock, timeout=5, logger=capture_logger("shape")[0])
+        self.addCleanup(c.close)
+        route = Route("/paced", [Limit("paced", per_route=True)], shape=Shape(max_wait=2.0, max_queue=4))
+        mw = WSGIMiddleware(app, c, routes=[route])
+        t0 = time.monotonic()
+        codes = [wsgi_call(mw, "/paced")[0] for _ in range(12)]
+        # 10 at once (the burst), then two more, each held for its turn (100 ms apart).
+        self.assertEqual(codes, [200] * 12)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.15)
+        self.assertEqual(route._held, 0)
 
     def test_wsgi_against_sluiced(self):
         c = sluice.Client.dial(socket_path=self.d.sock, timeout=5, logger=capture_logger("wsgi")[0])
