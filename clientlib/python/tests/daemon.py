@@ -96,8 +96,14 @@ class Daemon:
             self.proc.kill()
             self.proc.wait(10)
 
+    def state(self):
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+
     def stop(self):
+        """SIGSTOP, and wait until the kernel has stopped it: the signal is asynchronous."""
         self.proc.send_signal(signal.SIGSTOP)
+        poll(lambda: self.state() == "T", "sluiced is stopped")
 
     def cont(self):
         self.proc.send_signal(signal.SIGCONT)
