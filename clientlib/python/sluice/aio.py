@@ -24,7 +24,24 @@ class _AConn:
         self.dead = False
         self.ids = itertools.count(1)
         self.pending = {}
+        self.stall_since, self.stall_size = None, 0  # when the write buffer last stopped draining
         self.task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    def _check_stall(self):
+        """Fail the connection when its write buffer has not drained for
+        max(timeout, dial_timeout, 1 s): the daemon no longer reads."""
+        size = self.writer.transport.get_write_buffer_size()
+        now = time.monotonic()
+        if size == 0 or self.stall_since is None or size < self.stall_size:
+            self.stall_since, self.stall_size = (None, 0) if size == 0 else (now, size)
+            return
+        self.stall_size = size
+        o = self.client.opts
+        stall = max(o.timeout, o.dial_timeout, 1.0)
+        if now - self.stall_since > stall:
+            err = DaemonDown("write: the daemon did not read its socket within %gs" % stall)
+            self.fail(err)
+            raise err
 
     def request(self, make_frame):
         req_id = next(self.ids)
@@ -32,6 +49,7 @@ class _AConn:
         self.client._check_frame_size(data, self.welcome)
         if self.dead:
             raise DaemonDown("connection lost")
+        self._check_stall()
         if self.writer.transport.get_write_buffer_size() >= MAX_QUEUED:
             raise DaemonDown("the daemon is not reading its socket (%d bytes queued)" % MAX_QUEUED)
         fut = asyncio.get_running_loop().create_future()
@@ -78,7 +96,7 @@ class _AConn:
             return
         self.dead = True
         self.life = time.monotonic() - self.born
-        self.writer.close()
+        self.writer.transport.abort()  # not close(): that would wait to flush what a dead daemon will never read
         pending, self.pending = self.pending, {}
         for fut in pending.values():
             if not fut.done():

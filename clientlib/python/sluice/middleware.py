@@ -396,7 +396,9 @@ class WSGIMiddleware:
 class ASGIMiddleware:
     """Limits the HTTP requests of an ASGI application with a
     sluice.aio.AsyncClient (or a sluice.Client, whose calls are bounded by
-    its deadline). Other scopes (lifespan, websocket) pass through."""
+    its deadline). An AsyncClient not yet started is started by the first
+    request (which fails open while it connects, like any call made before
+    the first connection). Other scopes (lifespan, websocket) pass through."""
 
     def __init__(self, app, client, **kw):
         self.app = app
@@ -414,6 +416,8 @@ class ASGIMiddleware:
                                             client[0] or "", scope)
         if not checks:
             return await self.app(scope, receive, send)
+        if self._async and getattr(self.limiter.client, "_task", True) is None:
+            await self.limiter.client.start()  # an AsyncClient made outside the loop starts with the first request
         held = self.limiter.shaped(route, checks)
         try:
             if self._async:

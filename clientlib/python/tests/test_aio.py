@@ -94,3 +94,32 @@ async def _decided(c):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AsyncStallTest(unittest.TestCase):
+    def test_a_daemon_that_stops_reading_is_dropped(self):
+        def handler(c):
+            from .fakeserver import handshake
+            handshake(c, __import__("sluice").protocol.encode_welcome(2, b"fake", 1 << 20, 4, 1 << 16))
+            time.sleep(8)  # reads nothing more
+        srv = FakeServer(handler)
+        self.addCleanup(srv.close)
+
+        async def main():
+            c = await AsyncClient.create(socket_path=srv.path, timeout=0.05, dial_timeout=0.2, conns=1,
+                                         reconnect_min=0.5, reconnect_max=1, logger=capture_logger("aio-stall")[0])
+            try:
+                t_end = time.monotonic() + 10
+                worst, causes = 0.0, set()
+                while c.up and time.monotonic() < t_end:
+                    t0 = time.monotonic()
+                    d = await c.allow("r", "k" + "x" * 60000)
+                    worst = max(worst, time.monotonic() - t0)
+                    self.assertTrue(d.failed_open and d.allowed, d)
+                    causes.add(d.cause)
+                self.assertFalse(c.up, "the stalled connection was never dropped")
+                self.assertLess(worst, 1.0)
+                self.assertTrue(causes <= {"timeout", "daemon_down"}, causes)
+            finally:
+                await c.close()
+        asyncio.run(main())
