@@ -43,6 +43,11 @@ var allowed = map[string][]string{
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang",
 		"github.com/prometheus/client_model", "github.com/fsnotify/fsnotify", "golang.org/x/sys"},
 	"daemon/daemontest": {"daemon", "config"},
+	// The HTTP decision API: decisions in JSON, and forward-auth through the
+	// proxy's routes mapping; it sits above daemon (which it never imports)
+	// beside proxy, and cmd/sluiced wires it to the daemon.
+	"daemon/httpapi": {"bucket", "clientlib", "clientlib/httplimit", "config", "ipc", "proxy",
+		"github.com/hashicorp/go-hclog"},
 	// The HTTP proxy: a routes file made into httplimit's middleware.
 	"proxy": {"clientlib", "clientlib/httplimit", "config",
 		"github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
@@ -51,7 +56,7 @@ var allowed = map[string][]string{
 	"testcluster": {"daemon", "clientlib", "config", "gossip", "bucket",
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog"},
 	// Thin commands: flags, then a library call.
-	"cmd/sluiced": {"daemon", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc",
+	"cmd/sluiced": {"daemon", "daemon/httpapi", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc",
 		"github.com/urfave/cli/v2", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
 	"cmd/sluice":      {"clientlib", "daemon/adminapi", "ipc", "github.com/urfave/cli/v2"},
 	"internal/layers": {},
