@@ -30,8 +30,14 @@ func (s *Server) serveAuth(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, rerr)
 		return
 	}
+	m := s.auth.Load()
+	if m == nil {
+		s.counters.authOther.Add(1)
+		writeJSON(w, http.StatusInternalServerError, ErrorJSON{Error: "forward-auth has no routes: start sluiced with --http-routes FILE (the proxy's routes format), or define a rule named \"default\""})
+		return
+	}
 	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-	s.auth.Load().ServeHTTP(sw, orig, admit)
+	m.ServeHTTP(sw, orig, admit)
 	switch {
 	case sw.code == http.StatusTooManyRequests:
 		s.counters.authDenied.Add(1)

@@ -115,11 +115,17 @@ func New(cfg Config) (*Server, error) {
 		cfg.Events = httplimit.NewEvents(cfg.Log.Warn, 0, nil)
 	}
 	s := &Server{cfg: cfg}
-	m, err := s.loadRoutes()
-	if err != nil {
+	switch m, err := s.loadRoutes(); {
+	case err == nil:
+		s.auth.Store(m)
+	case cfg.RoutesPath != "":
 		return nil, err
+	default:
+		// No routes file, and the default routes do not fit the rules (no
+		// rule "default"): /v1/check serves; /v1/auth refuses until routes
+		// are given.
+		cfg.Log.Warn("forward-auth endpoint off: give it a routes file (--http-routes)", "error", err)
 	}
-	s.auth.Store(m)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", s.serveCheck)
 	mux.HandleFunc("/v1/auth", s.serveAuth)
