@@ -389,71 +389,12 @@ func TestHTTPAPIForwardAuthBehindNginx(t *testing.T) {
 	n := startHTTPAPINode(t, rules, routes)
 	front, prefix := startNginx(t, n.addr, strings.TrimPrefix(app.URL, "http://"))
 
-	get := func(path, key string) (*http.Response, string, error) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+front+path, nil)
-		req.Header.Set("X-API-Key", key)
-		resp, err := httpAPIClient.Do(req)
-		if err != nil {
-			return nil, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		return resp, string(b), nil
-	}
-
-	const total, workers = 500, 8
-	var admitted, refused atomic.Int64
-	var next atomic.Int64
-	var mu sync.Mutex
-	var problems []string
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= total {
-				resp, body, err := get("/api/items", "load-key")
-				if err != nil {
-					mu.Lock()
-					problems = append(problems, err.Error())
-					mu.Unlock()
-					continue
-				}
-				switch resp.StatusCode {
-				case http.StatusOK:
-					admitted.Add(1)
-					if !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"api";q=50`) {
-						mu.Lock()
-						problems = append(problems, fmt.Sprintf("admitted without RateLimit-Policy: %v", resp.Header))
-						mu.Unlock()
-					}
-				case http.StatusTooManyRequests:
-					refused.Add(1)
-					h := resp.Header
-					if h.Get("Retry-After") == "" || !strings.Contains(h.Get("RateLimit"), `"api";r=0`) ||
-						!strings.Contains(h.Get("RateLimit-Policy"), `"api";q=50;w=3600`) || !strings.Contains(body, "rate limit exceeded") {
-						mu.Lock()
-						problems = append(problems, fmt.Sprintf("429 without its headers: %v %q", h, body))
-						mu.Unlock()
-					}
-				default:
-					mu.Lock()
-					problems = append(problems, fmt.Sprintf("status %d: %s", resp.StatusCode, body))
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if len(problems) > 0 {
+	get := frontGet(front)
+	admitted := loadThroughFront(t, get, &served, limit, true, func() string {
 		log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
-		t.Fatalf("%d problems, first: %s\nnginx's log:\n%.4000s\nsluiced's log:\n%.4000s", len(problems), problems[0], log, n.p.stderr.String())
-	}
-	if admitted.Load() != limit || refused.Load() != total-limit || served.Load() != limit {
-		t.Fatalf("admitted %d, refused %d, the service saw %d; want %d, %d, %d",
-			admitted.Load(), refused.Load(), served.Load(), limit, total-limit, limit)
-	}
-	t.Logf("nginx: %d requests from %d goroutines: %d admitted, %d refused with 429; the service saw %d", total, workers, admitted.Load(), refused.Load(), served.Load())
+		return fmt.Sprintf("nginx's log:\n%.4000s\nsluiced's log:\n%.4000s", log, n.p.stderr.String())
+	})
+	t.Logf("nginx: 500 requests from 8 goroutines: %d admitted, the rest refused with 429; the service saw %d", admitted, served.Load())
 
 	// Another key is limited apart; a path outside /api/ falls to the default rule.
 	if resp, _, err := get("/api/items", "other-key"); err != nil || resp.StatusCode != 200 {
@@ -475,4 +416,175 @@ func TestHTTPAPIForwardAuthBehindNginx(t *testing.T) {
 	if got := served.Load() - before; got != 5 {
 		t.Fatalf("with sluiced down the service saw %d of 5", got)
 	}
+}
+
+// frontGet returns a GET of a path through a front proxy with an API key,
+// for a site named shop.example (as a browser would send it; the proxy
+// must not pass that name on to sluiced, which refuses names in Host).
+func frontGet(front string) func(path, key string) (*http.Response, string, error) {
+	return func(path, key string) (*http.Response, string, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+front+path, nil)
+		req.Host = "shop.example"
+		req.Header.Set("X-API-Key", key)
+		resp, err := httpAPIClient.Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		return resp, string(b), nil
+	}
+}
+
+// loadThroughFront sends 500 requests of one API key from 8 goroutines
+// through a front proxy and checks that exactly limit are admitted, every
+// other one is a 429 carrying Retry-After and the RateLimit headers, and
+// the service saw only the admitted ones (admittedHeaders: admitted
+// responses carry RateLimit-Policy too). It returns the admitted count.
+func loadThroughFront(t *testing.T, get func(path, key string) (*http.Response, string, error), served *atomic.Int64, limit int64, admittedHeaders bool, logs func() string) int64 {
+	t.Helper()
+	const total, workers = 500, 8
+	var admitted, refused, next atomic.Int64
+	var mu sync.Mutex
+	var problems []string
+	problem := func(format string, args ...any) {
+		mu.Lock()
+		problems = append(problems, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	policy := fmt.Sprintf(`"api";q=%d;w=3600`, limit)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= total {
+				resp, body, err := get("/api/items", "load-key")
+				if err != nil {
+					problem("%v", err)
+					continue
+				}
+				h := resp.Header
+				switch resp.StatusCode {
+				case http.StatusOK:
+					admitted.Add(1)
+					if admittedHeaders && !strings.Contains(h.Get("RateLimit-Policy"), policy) {
+						problem("admitted without RateLimit-Policy: %v", h)
+					}
+				case http.StatusTooManyRequests:
+					refused.Add(1)
+					if h.Get("Retry-After") == "" || !strings.Contains(h.Get("RateLimit"), `"api";r=0`) ||
+						!strings.Contains(h.Get("RateLimit-Policy"), policy) {
+						problem("429 without its headers: %v %q", h, body)
+					}
+				default:
+					problem("status %d: %s", resp.StatusCode, body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(problems) > 0 {
+		t.Fatalf("%d problems, first: %s\n%s", len(problems), problems[0], logs())
+	}
+	if admitted.Load() != limit || refused.Load() != total-limit || served.Load() != limit {
+		t.Fatalf("admitted %d, refused %d, the service saw %d; want %d, %d, %d\n%s",
+			admitted.Load(), refused.Load(), served.Load(), limit, total-limit, limit, logs())
+	}
+	return admitted.Load()
+}
+
+// caddyBinary finds caddy, skipping the test when it is missing unless
+// SLUICE_REQUIRE_CADDY=1.
+func caddyBinary(t *testing.T) string {
+	t.Helper()
+	if path, err := exec.LookPath("caddy"); err == nil {
+		return path
+	}
+	if os.Getenv("SLUICE_REQUIRE_CADDY") == "1" {
+		t.Fatal("caddy is not installed and SLUICE_REQUIRE_CADDY=1: apt-get install -y caddy")
+	}
+	t.Skip("caddy is not installed (apt-get install -y caddy); set SLUICE_REQUIRE_CADDY=1 to make this a failure")
+	return ""
+}
+
+// startCaddy runs caddy as an unprivileged process (nobody, when the test
+// runs as root) on loopback with the README's recipe
+// (testdata/Caddyfile.forward-auth) filled in, and waits until it answers.
+func startCaddy(t *testing.T, sluiceHTTP, upstream string) (listen string, out *syncBuffer) {
+	t.Helper()
+	bin := caddyBinary(t)
+	prefix := tempDir(t)
+	listen = "127.0.0.1:" + freePort(t)
+	tmpl, err := os.ReadFile(filepath.Join("testdata", "Caddyfile.forward-auth"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.NewReplacer("{{PORT}}", strings.TrimPrefix(listen, "127.0.0.1:"), "{{SLUICE_HTTP}}", sluiceHTTP, "{{UPSTREAM}}", upstream).Replace(string(tmpl))
+	confPath := filepath.Join(prefix, "Caddyfile")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", confPath, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+prefix, "XDG_DATA_HOME="+prefix, "XDG_CONFIG_HOME="+prefix)
+	if os.Getuid() == 0 {
+		const nobody = 65534
+		if err := os.Chown(prefix, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	}
+	out = &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	eventually(t, "caddy answers", func() bool {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("caddy exited: %v\n%s", err, out.String())
+		default:
+		}
+		cn, err := net.DialTimeout("tcp", listen, time.Second)
+		if err == nil {
+			cn.Close()
+		}
+		return err == nil
+	})
+	return listen, out
+}
+
+// Caddy's forward_auth with the README's recipe, under the same load as
+// nginx: exactly the limit admitted, each refusal a 429 with its headers
+// (Caddy copies the endpoint's answer to the client), the service seeing
+// only the admitted requests.
+func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
+	caddyBinary(t)
+	const limit = 40
+	rules := fmt.Sprintf("rules:\n  api:\n    rate: %d/1h\n  default:\n    rate: 1000/1h\n", limit)
+	routes := "identity:\n  header: X-API-Key\n  trusted_proxies: [127.0.0.1]\ndefault:\n  - rule: default\nroutes:\n  - match: \"/api/\"\n    limits:\n      - rule: api\n"
+	var served atomic.Int64
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		io.WriteString(w, "ok\n")
+	}))
+	defer app.Close()
+	n := startHTTPAPINode(t, rules, routes)
+	front, out := startCaddy(t, n.addr, strings.TrimPrefix(app.URL, "http://"))
+	admitted := loadThroughFront(t, frontGet(front), &served, limit, false, func() string {
+		return fmt.Sprintf("caddy's log:\n%.4000s\nsluiced's log:\n%.4000s", out.String(), n.p.stderr.String())
+	})
+	t.Logf("caddy: 500 requests from 8 goroutines: %d admitted, the rest refused with 429; the service saw %d", admitted, served.Load())
 }
