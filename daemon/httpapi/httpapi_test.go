@@ -39,13 +39,16 @@ type fakeClock struct {
 func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
 // newDaemon builds (does not run) a daemon on testRules and a fake clock.
-func newDaemon(t *testing.T) *daemon.Daemon {
+func newDaemon(t *testing.T) *daemon.Daemon { return newDaemonRules(t, testRules) }
+
+// newDaemonRules builds (does not run) a daemon on rules and a fake clock.
+func newDaemonRules(t testing.TB, rules string) *daemon.Daemon {
 	t.Helper()
 	dir := t.TempDir()
 	s := config.DefaultSettings()
 	s.SocketPath, s.RulesPath = filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
 	s.MaxKeyLen, s.MaxBatch, s.MaxFrameBytes = 64, 4, 1024
-	if err := os.WriteFile(s.RulesPath, []byte(testRules), 0o600); err != nil {
+	if err := os.WriteFile(s.RulesPath, []byte(rules), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
@@ -59,6 +62,14 @@ func newDaemon(t *testing.T) *daemon.Daemon {
 // newServer builds the API over d with the given forward-auth routes file
 // contents ("" for the defaults).
 func newServer(t *testing.T, d *daemon.Daemon, routes string) *Server {
+	t.Helper()
+	return newServerRoutes(t, d, routes)
+}
+
+// newServerTB is newServer with the default routes, for benchmarks too.
+func newServerTB(t testing.TB, d *daemon.Daemon) *Server { return newServerRoutes(t, d, "") }
+
+func newServerRoutes(t testing.TB, d *daemon.Daemon, routes string) *Server {
 	t.Helper()
 	cfg := Config{Decider: d, Limiter: d.Local(), Rules: d.Rules, MaxBody: 1024, MaxBatch: 4, MaxKeyLen: 64, MaxConns: 8}
 	if routes != "" {
