@@ -145,6 +145,9 @@ func (s *Server) loadRoutes() (*httplimit.Middleware, error) {
 		if rt.Elastic != nil {
 			return nil, fmt.Errorf("forward-auth routes %s: route %s: elastic allowances follow the upstream's responses, which a forward-auth endpoint never sees; remove elastic", routes.Source(), rt.Match)
 		}
+		if rt.Shape != nil && rt.Shape.MaxWait > MaxShapeWait {
+			return nil, fmt.Errorf("forward-auth routes %s: route %s: shape max_wait %s is longer than the forward-auth endpoint holds a request (%s)", routes.Source(), rt.Match, rt.Shape.MaxWait, MaxShapeWait)
+		}
 	}
 	if s.cfg.Rules != nil {
 		if err := routes.CheckRules(config.RulesLookup(s.cfg.Rules())); err != nil {

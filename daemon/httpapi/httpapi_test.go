@@ -349,6 +349,7 @@ func TestRoutesAreChecked(t *testing.T) {
 		{"cost above the burst", "default: [{rule: api, cost: 9}]", "burst"},
 		{"elastic", "routes: [{match: /x, limits: [{rule: api}], elastic: {extra: 0.5, max_p99: 1s, max_error_rate: 0.1}}]", "elastic"},
 		{"not YAML", "routes: [", "routes"},
+		{"shaping longer than the endpoint holds", "routes: [{match: /x, limits: [{rule: api}], shape: {max_wait: 1m, max_queue: 10}}]", "max_wait"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

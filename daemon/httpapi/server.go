@@ -26,6 +26,9 @@ const (
 	WriteTimeout      = 30 * time.Second
 	IdleTimeout       = 60 * time.Second
 	MaxHeaderBytes    = 16 << 10
+	// MaxShapeWait is the longest a forward-auth route may hold a request
+	// for its turn (shape max_wait), within WriteTimeout.
+	MaxShapeWait = WriteTimeout - 5*time.Second
 )
 
 // Config is what a Server is built from.
