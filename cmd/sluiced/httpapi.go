@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"time"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -13,8 +16,10 @@ import (
 
 // startHTTPAPI serves the HTTP decision API (--http-listen): /v1/check on
 // the daemon's own buckets, /v1/auth through the forward-auth routes,
-// bounded by the socket's caps, its outcomes on the daemon's /metrics.
-func startHTTPAPI(d *daemon.Daemon, s config.Settings, log hclog.Logger) (*httpapi.Server, error) {
+// bounded by the socket's caps, its outcomes on the daemon's /metrics. When
+// the daemon's rules change (file watch, rules URL) the routes are read and
+// checked again; routes that no longer fit stay in force, logged at ERROR.
+func startHTTPAPI(ctx context.Context, d *daemon.Daemon, s config.Settings, log hclog.Logger) (*httpapi.Server, error) {
 	srv, err := httpapi.New(httpapi.Config{
 		Decider: d, Limiter: d.Local(), Rules: d.Rules, RoutesPath: s.HTTPRoutes,
 		MaxBody: s.MaxFrameBytes, MaxBatch: s.MaxBatch, MaxKeyLen: s.MaxKeyLen, MaxConns: s.HTTPMaxConns,
@@ -48,5 +53,21 @@ func startHTTPAPI(d *daemon.Daemon, s config.Settings, log hclog.Logger) (*httpa
 			Help: "Connections to the HTTP decision API closed at once at its connection cap."},
 			func() float64 { return float64(srv.Stats().Shed) }),
 	)
+	go func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		last := d.Rules()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if now := d.Rules(); now != last {
+				last = now
+				_ = srv.Reload() // logged
+			}
+		}
+	}()
 	return srv, nil
 }

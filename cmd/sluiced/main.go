@@ -166,7 +166,7 @@ func run(c *cli.Context) error {
 		builtIn.Store(p)
 	}
 	if s.HTTPAddr != "" {
-		a, err := startHTTPAPI(d, s, log.Named("httpapi"))
+		a, err := startHTTPAPI(ctx, d, s, log.Named("httpapi"))
 		if err != nil {
 			return err
 		}
