@@ -402,3 +402,22 @@ func TestNewRefusesMissingBounds(t *testing.T) {
 		t.Fatal("badRequest is not 400")
 	}
 }
+
+// A shaped route holds the forward-auth answer until the request's turn
+// and then admits it, instead of answering 429 at once.
+func TestForwardAuthShapes(t *testing.T) {
+	s := newServer(t, newDaemon(t), "default: [{rule: api}]\nroutes:\n  - match: /slow/\n    limits: [{rule: shaped}]\n    shape: {max_wait: 5s, max_queue: 4}\n")
+	h := s.Handler()
+	hdr := map[string]string{"X-Original-URI": "/slow/x", "X-Forwarded-For": "10.0.0.1"}
+	if w := auth(h, "", hdr); w.Code != 200 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	// The daemon's clock is fake (its turn is 1 s away on it), the hold is
+	// real: the second answer comes after up to 1 s, admitted.
+	start := time.Now()
+	w := auth(h, "", hdr)
+	took := time.Since(start)
+	if w.Code != 200 || took < 500*time.Millisecond || took > 4*time.Second {
+		t.Fatalf("shaped: %d after %s, want 200 after a hold of about 1 s", w.Code, took)
+	}
+}
