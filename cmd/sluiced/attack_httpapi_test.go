@@ -588,3 +588,39 @@ func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
 	})
 	t.Logf("caddy: 500 requests from 8 goroutines: %d admitted, the rest refused with 429; the service saw %d", admitted, served.Load())
 }
+
+// SIGHUP re-reads the forward-auth routes: a good file takes effect, a bad
+// one (a rule the daemon does not have) keeps the routes in force.
+func TestHTTPAPISighupReloadsForwardAuthRoutes(t *testing.T) {
+	rules := "rules:\n  api:\n    rate: 100/1h\n  other:\n    rate: 100/1h\n"
+	n := startHTTPAPINode(t, rules, "default: [{rule: api}]\n")
+	routesPath := filepath.Join(filepath.Dir(n.sock), "routes.yaml")
+	policy := func() string {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+n.addr+"/v1/auth", nil)
+		req.Header.Set("X-Original-URI", "/x")
+		resp, err := httpAPIClient.Do(req)
+		if err != nil {
+			return ""
+		}
+		resp.Body.Close()
+		return resp.Header.Get("RateLimit-Policy")
+	}
+	if p := policy(); !strings.Contains(p, `"api"`) {
+		t.Fatalf("before: policy %q", p)
+	}
+	if err := os.WriteFile(routesPath, []byte("default: [{rule: nope}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the bad routes are refused", func() bool {
+		return strings.Contains(n.p.stderr.String(), "forward-auth routes reload failed")
+	})
+	if p := policy(); !strings.Contains(p, `"api"`) {
+		t.Fatalf("after bad routes: policy %q, want the last good routes", p)
+	}
+	if err := os.WriteFile(routesPath, []byte("default: [{rule: other}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, "the new routes are in force", func() bool { return strings.Contains(policy(), `"other"`) })
+}
