@@ -20,12 +20,13 @@ import (
 // the daemon's rules change (file watch, rules URL) the routes are read and
 // checked again; routes that no longer fit stay in force, logged at ERROR.
 func startHTTPAPI(ctx context.Context, d *daemon.Daemon, s config.Settings, log hclog.Logger) (*httpapi.Server, error) {
+	events := httplimit.NewEvents(log.Warn, 0, nil)
 	srv, err := httpapi.New(httpapi.Config{
 		Decider: d, Limiter: d.Local(), Rules: d.Rules, RoutesPath: s.HTTPRoutes,
 		MaxBody: s.MaxFrameBytes, MaxBatch: s.MaxBatch, MaxKeyLen: s.MaxKeyLen, MaxConns: s.HTTPMaxConns,
 		AllowedHosts: s.HTTPAllowedHosts,
 		FailOpen:     clientlib.NewFailOpenLog(log.Warn, 0, false, nil),
-		Events:       httplimit.NewEvents(log.Warn, 0, nil),
+		Events:       events,
 		Log:          log,
 	})
 	if err != nil {
@@ -49,6 +50,15 @@ func startHTTPAPI(ctx context.Context, d *daemon.Daemon, s config.Settings, log 
 		count("auth", "other", help, func(s httpapi.Stats) uint64 { return s.AuthOther }),
 		count("any", "invalid", help, func(s httpapi.Stats) uint64 { return s.Invalid }),
 		count("any", "bad_host", help, func(s httpapi.Stats) uint64 { return s.BadHost }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_httpapi_auth_failed_open_total",
+			Help: "Forward-auth requests admitted unlimited because the daemon could not decide."},
+			func() float64 { return float64(events.Undecided()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_httpapi_auth_invalid_total",
+			Help: "Forward-auth requests answered 500: a route the limiter refuses (cost above the burst, unknown rule under unknown_rule: deny)."},
+			func() float64 { return float64(events.Invalid()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_httpapi_auth_unknown_rule_total",
+			Help: "Forward-auth requests admitted unlimited because their rule is unknown and unknown_rule is allow."},
+			func() float64 { return float64(events.UnknownRule()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_httpapi_shed_total",
 			Help: "Connections to the HTTP decision API closed at once at its connection cap."},
 			func() float64 { return float64(srv.Stats().Shed) }),
