@@ -624,3 +624,36 @@ func TestHTTPAPISighupReloadsForwardAuthRoutes(t *testing.T) {
 	n.p.cmd.Process.Signal(syscall.SIGHUP)
 	eventually(t, "the new routes are in force", func() bool { return strings.Contains(policy(), `"other"`) })
 }
+
+// When the daemon's rules change under the forward-auth routes (here the
+// watched rules file drops the rule a route names), the routes are checked
+// again: the problem is logged at ERROR and the routes in force stay.
+func TestHTTPAPIRoutesRecheckedWhenRulesChange(t *testing.T) {
+	dir := tempDir(t)
+	rulesPath, routesPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(rulesPath, []byte("rules:\n  api:\n    rate: 100/1h\n  other:\n    rate: 100/1h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(routesPath, []byte("default: [{rule: api}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + freePort(t)
+	p := startDaemon(t, "--socket", filepath.Join(dir, "w.sock"), "--rules", rulesPath, "--http-listen", addr, "--http-routes", routesPath)
+	eventually(t, "the decision API serves", func() bool { return strings.Contains(p.stderr.String(), "http decision api serving") })
+	eventually(t, "the daemon serves", func() bool { return strings.Contains(p.stderr.String(), "sluiced serving") })
+	if err := os.WriteFile(rulesPath+".new", []byte("rules:\n  other:\n    rate: 100/1h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(rulesPath+".new", rulesPath); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sluiced's log:\n%s", p.stderr.String())
+		}
+	})
+	eventually(t, "the routes are found not to fit the new rules", func() bool {
+		log := p.stderr.String()
+		return strings.Contains(log, "forward-auth routes reload failed") && strings.Contains(log, "api") && strings.Contains(log, "is not defined")
+	})
+}
