@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,6 +9,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/clientlib"
+	"github.com/sluicelabs/sluice/daemon/daemontest"
 )
 
 const benchRules = `
@@ -40,7 +45,10 @@ func BenchmarkCheckHandler(b *testing.B) {
 // inverse of the throughput).
 func BenchmarkCheckLoopback(b *testing.B) {
 	d := newDaemonRules(b, benchRules)
-	s := newServerTB(b, d)
+	s, err := New(Config{Decider: d, Limiter: d.Local(), MaxBody: 1024, MaxBatch: 4, MaxKeyLen: 64, MaxConns: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := s.Listen("127.0.0.1:0"); err != nil {
 		b.Fatal(err)
 	}
@@ -74,6 +82,35 @@ func BenchmarkCheckLoopback(b *testing.B) {
 			for pb.Next() {
 				if err := call(key); err != nil {
 					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkSocketForComparison is the same decision over the daemon's Unix
+// socket with the Go client, in the same run, as the baseline the HTTP API
+// is compared with.
+func BenchmarkSocketForComparison(b *testing.B) {
+	d := daemontest.Start(b, benchRules)
+	c := clientlib.New(clientlib.Options{SocketPath: d.SocketPath(), Timeout: time.Second})
+	b.Cleanup(func() { c.Close() })
+	var keys atomic.Int64
+	b.Run("callers=1", func(b *testing.B) {
+		for b.Loop() {
+			if dec := c.Allow(context.Background(), "api", "user:1"); !dec.Allowed || dec.FailedOpen {
+				b.Fatal(dec)
+			}
+		}
+	})
+	b.Run("callers=4xGOMAXPROCS", func(b *testing.B) {
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			key := fmt.Sprint("user:", keys.Add(1))
+			for pb.Next() {
+				if dec := c.Allow(context.Background(), "api", key); !dec.Allowed || dec.FailedOpen {
+					b.Error(dec)
 					return
 				}
 			}
