@@ -657,3 +657,25 @@ func TestHTTPAPIRoutesRecheckedWhenRulesChange(t *testing.T) {
 		return strings.Contains(log, "forward-auth routes reload failed") && strings.Contains(log, "api") && strings.Contains(log, "is not defined")
 	})
 }
+
+// A decision API address that is taken is an error at start, with the
+// address in the message, never a daemon serving without the API its
+// operator asked for.
+func TestHTTPAPIAddressTakenExitsWithClearError(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := tempDir(t)
+	p := startDaemon(t, "--socket", filepath.Join(dir, "t.sock"), "--http-listen", l.Addr().String())
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err == nil || !strings.Contains(p.stderr.String(), "http api listen") || !strings.Contains(p.stderr.String(), l.Addr().String()) {
+			t.Fatalf("exit %v, log:\n%s", err, p.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("sluiced still running with its decision API address taken:\n%s", p.stderr.String())
+	}
+}

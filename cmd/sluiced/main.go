@@ -170,7 +170,11 @@ func run(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		defer a.Shutdown(context.Background())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+			defer cancel()
+			a.Shutdown(sctx)
+		}()
 		api.Store(a)
 	}
 	return d.Run(ctx)
