@@ -421,3 +421,29 @@ func TestForwardAuthShapes(t *testing.T) {
 		t.Fatalf("shaped: %d after %s, want 200 after a hold of about 1 s", w.Code, took)
 	}
 }
+
+func TestHostGuard(t *testing.T) {
+	d := newDaemon(t)
+	s, err := New(Config{Decider: d, Limiter: d.Local(), MaxBody: 1024, MaxBatch: 4, MaxKeyLen: 64, MaxConns: 8,
+		AllowedHosts: []string{"Sluice.Internal", "api.internal:9466"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1:9466", 200}, {"127.0.0.1", 200}, {"[::1]:9466", 200}, {"10.1.2.3:80", 200},
+		{"localhost:9466", 200}, {"LOCALHOST", 200}, {"sluice.internal:9466", 200}, {"api.internal", 200},
+		{"evil.example", 421}, {"evil.example:9466", 421}, {"localhost.evil.example", 421}, {"", 421},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/v1/check", strings.NewReader(`{"checks":[{"rule":"other","key":"k"}]}`))
+		r.Host = tt.host
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, r)
+		if w.Code != tt.want {
+			t.Errorf("Host %q: %d, want %d", tt.host, w.Code, tt.want)
+		}
+	}
+}

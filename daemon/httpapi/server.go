@@ -208,7 +208,11 @@ func (s *Server) Stats() Stats {
 func (s *Server) hostGuard(next http.Handler) http.Handler {
 	names := map[string]bool{"localhost": true}
 	for _, n := range s.cfg.AllowedHosts {
-		names[strings.ToLower(strings.TrimSpace(n))] = true
+		n = strings.ToLower(strings.TrimSpace(n))
+		if h, _, err := net.SplitHostPort(n); err == nil {
+			n = h // any port: the listener has one
+		}
+		names[n] = true
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := strings.ToLower(r.Host)
