@@ -447,3 +447,19 @@ func TestHostGuard(t *testing.T) {
 		}
 	}
 }
+
+// Routes may name a host (ServeMux patterns): the host is the forwarded one.
+func TestForwardAuthMatchesTheForwardedHost(t *testing.T) {
+	s := newServer(t, newDaemon(t), "identity: {trusted_proxies: [127.0.0.1]}\ndefault: [{rule: other}]\nroutes:\n  - match: \"admin.example/\"\n    limits: [{rule: api}]\n")
+	for _, tt := range []struct{ host, want string }{
+		{"admin.example", `"api"`}, {"shop.example", `"other"`}, {"", `"other"`},
+	} {
+		hdr := map[string]string{"X-Original-URI": "/x", "X-Forwarded-For": "10.0.0.1"}
+		if tt.host != "" {
+			hdr["X-Forwarded-Host"] = tt.host
+		}
+		if w := auth(s.Handler(), "", hdr); !strings.Contains(w.Header().Get("RateLimit-Policy"), tt.want) {
+			t.Errorf("X-Forwarded-Host %q: %d, policy %q, want %s", tt.host, w.Code, w.Header().Get("RateLimit-Policy"), tt.want)
+		}
+	}
+}
