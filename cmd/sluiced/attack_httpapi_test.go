@@ -587,6 +587,20 @@ func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
 		return fmt.Sprintf("caddy's log:\n%.4000s\nsluiced's log:\n%.4000s", out.String(), n.p.stderr.String())
 	})
 	t.Logf("caddy: 500 requests from 8 goroutines: %d admitted, the rest refused with 429; the service saw %d", admitted, served.Load())
+
+	// sluiced killed: forward_auth fails with 502, and the recipe's
+	// handle_errors fails open to the service.
+	n.p.cmd.Process.Kill()
+	before := served.Load()
+	for i := range 5 {
+		resp, _, err := frontGet(front)("/api/items", "load-key")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("with sluiced down, request %d: %v %v (want a pass: fail open)\n%s", i, resp, err, out.String())
+		}
+	}
+	if got := served.Load() - before; got != 5 {
+		t.Fatalf("with sluiced down the service saw %d of 5", got)
+	}
 }
 
 // SIGHUP re-reads the forward-auth routes: a good file takes effect, a bad
