@@ -383,7 +383,8 @@ func TestHTTPAPIForwardAuthBehindNginx(t *testing.T) {
 	var served atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
-		io.WriteString(w, "ok\n")
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+		io.WriteString(w, "ok "+string(body)+"\n")
 	}))
 	defer app.Close()
 	n := startHTTPAPINode(t, rules, routes)
@@ -404,8 +405,11 @@ func TestHTTPAPIForwardAuthBehindNginx(t *testing.T) {
 		t.Fatalf("default route: %v %v", resp, err)
 	}
 
+	postThroughFront(t, front, "post-key", "admitted")
+
 	// sluiced killed: nginx gets no decision and fails open.
 	n.p.cmd.Process.Kill()
+	postThroughFront(t, front, "post-key", "failed-open")
 	before := served.Load()
 	for i := range 5 {
 		resp, _, err := get("/api/items", "load-key")
@@ -578,7 +582,8 @@ func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
 	var served atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
-		io.WriteString(w, "ok\n")
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+		io.WriteString(w, "ok "+string(body)+"\n")
 	}))
 	defer app.Close()
 	n := startHTTPAPINode(t, rules, routes)
@@ -588,9 +593,12 @@ func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
 	})
 	t.Logf("caddy: 500 requests from 8 goroutines: %d admitted, the rest refused with 429; the service saw %d", admitted, served.Load())
 
+	postThroughFront(t, front, "post-key", "admitted")
+
 	// sluiced killed: forward_auth fails with 502, and the recipe's
 	// handle_errors fails open to the service.
 	n.p.cmd.Process.Kill()
+	postThroughFront(t, front, "post-key", "failed-open")
 	before := served.Load()
 	for i := range 5 {
 		resp, _, err := frontGet(front)("/api/items", "load-key")
@@ -691,5 +699,23 @@ func TestHTTPAPIAddressTakenExitsWithClearError(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatalf("sluiced still running with its decision API address taken:\n%s", p.stderr.String())
+	}
+}
+
+// postThroughFront POSTs a body through a front proxy and checks that the
+// service received it whole.
+func postThroughFront(t *testing.T, front, key, what string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+front+"/api/upload", strings.NewReader("payload-"+what))
+	req.Host = "shop.example"
+	req.Header.Set("X-API-Key", key)
+	resp, err := httpAPIClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", what, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "payload-"+what) {
+		t.Fatalf("POST %s: %d %q, want the service to echo the body", what, resp.StatusCode, b)
 	}
 }
