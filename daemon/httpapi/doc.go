@@ -36,7 +36,13 @@
 // Every input is bounded: the body by the socket's frame cap, the checks
 // per request by the socket's batch cap, keys by the store's key length,
 // headers by size and time, and open connections by a cap beyond which new
-// ones are closed at once.
+// ones are closed at once. The Host header must be an IP address, localhost
+// or a configured name (else 421), so a web page re-pointed at the host by
+// DNS rebinding cannot spend clients' tokens.
+//
+// It sits above package daemon, beside package proxy: it takes the daemon as
+// an ipc.Decider and its in-process limiter as an httplimit.Limiter, and
+// cmd/sluiced wires the two together.
 //
 // It is not the HTTP proxy (package proxy) nor the middleware services embed
 // (clientlib/httplimit): it answers decisions, it forwards nothing.
