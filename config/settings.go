@@ -75,6 +75,21 @@ type Settings struct {
 	// nothing else) there, for scraping from a network the admin API must
 	// not be reachable from. Default: empty, not served.
 	MetricsAddr string
+	// HTTPAddr is where the HTTP decision API (POST /v1/check and the
+	// forward-auth endpoint /v1/auth, package daemon/httpapi) listens; empty:
+	// not served. It is a listener of its own, never the admin endpoint's:
+	// it answers decisions to services and proxies, and nothing else.
+	HTTPAddr string
+	// HTTPRoutes is the routes file (the proxy's format) the forward-auth
+	// endpoint maps requests to limits with; empty: every request limited
+	// by client address under the rule "default", trusting loopback proxies.
+	HTTPRoutes string
+	// HTTPAllowedHosts are names, besides IP literals and localhost, the
+	// decision API answers to in the Host header (DNS rebinding guard).
+	HTTPAllowedHosts []string
+	// HTTPMaxConns caps the decision API's open connections; beyond it new
+	// ones are closed at once. Default 1024.
+	HTTPMaxConns int
 	// NoWatch turns off reloading the rules file when it changes (SIGHUP
 	// still reloads).
 	NoWatch bool
@@ -141,6 +156,7 @@ const (
 	DefaultWriteTimeout                  = 5 * time.Second
 	DefaultShutdownTimeout               = 5 * time.Second
 	DefaultAdminMaxConns                 = 64
+	DefaultHTTPMaxConns                  = 1024
 )
 
 // noID is (uid_t)-1, which the kernel uses for "no id"; no process has it.
@@ -169,6 +185,7 @@ func DefaultSettings() Settings {
 		WriteTimeout:      DefaultWriteTimeout,
 		ShutdownTimeout:   DefaultShutdownTimeout,
 		AdminMaxConns:     DefaultAdminMaxConns,
+		HTTPMaxConns:      DefaultHTTPMaxConns,
 	}
 }
 
@@ -209,6 +226,12 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: admin max connections %d must be at least 1", s.AdminMaxConns)
 	case s.AdminAddr != "" && s.AdminAddr == s.MetricsAddr:
 		return fmt.Errorf("settings: admin and metrics addresses are both %s; give them different ports", s.AdminAddr)
+	case s.HTTPMaxConns < 1:
+		return fmt.Errorf("settings: http api max connections %d must be at least 1", s.HTTPMaxConns)
+	case s.HTTPAddr != "" && (s.HTTPAddr == s.AdminAddr || s.HTTPAddr == s.MetricsAddr):
+		return fmt.Errorf("settings: the http decision api's address %s is also the admin or metrics address; give it a port of its own", s.HTTPAddr)
+	case s.HTTPRoutes != "" && s.HTTPAddr == "":
+		return fmt.Errorf("settings: http routes are the decision api's forward-auth routes; give an http listen address with them")
 	case s.SweepInterval <= 0, s.WriteTimeout <= 0, s.ShutdownTimeout <= 0:
 		return fmt.Errorf("settings: sweep interval, write timeout and shutdown timeout must be positive")
 	}

@@ -30,6 +30,13 @@ func TestValidateSettings(t *testing.T) {
 		{"zero batch", func(s *Settings) { s.MaxBatch = 0 }, "max batch"},
 		{"zero admin conns", func(s *Settings) { s.AdminMaxConns = 0 }, "admin max connections"},
 		{"admin and metrics on one address", func(s *Settings) { s.AdminAddr, s.MetricsAddr = "127.0.0.1:9464", "127.0.0.1:9464" }, "different ports"},
+		{"http api on the admin address", func(s *Settings) { s.AdminAddr, s.HTTPAddr = "127.0.0.1:9464", "127.0.0.1:9464" }, "port of its own"},
+		{"http api on the metrics address", func(s *Settings) { s.MetricsAddr, s.HTTPAddr = "0.0.0.0:9465", "0.0.0.0:9465" }, "port of its own"},
+		{"http routes without the api", func(s *Settings) { s.HTTPRoutes = "routes.yaml" }, "http listen address"},
+		{"zero http conns", func(s *Settings) { s.HTTPMaxConns = 0 }, "http api max connections"},
+		{"http api apart", func(s *Settings) {
+			s.AdminAddr, s.HTTPAddr, s.HTTPRoutes = "127.0.0.1:9464", "127.0.0.1:9466", "r.yaml"
+		}, ""},
 		{"admin and metrics apart", func(s *Settings) { s.AdminAddr, s.MetricsAddr = "127.0.0.1:9464", "0.0.0.0:9465" }, ""},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
+	"github.com/sluicelabs/sluice/daemon/httpapi"
 	"github.com/sluicelabs/sluice/gossip"
 	"github.com/sluicelabs/sluice/proxy"
 )
@@ -75,6 +77,10 @@ func app() *cli.App {
 			&cli.StringFlag{Name: "proxy-listen", EnvVars: []string{"SLUICE_PROXY_LISTEN"}, Usage: "also serve the HTTP proxy here, deciding in-process (no socket hop)", Category: "proxy"},
 			&cli.StringFlag{Name: "proxy-upstream", EnvVars: []string{"SLUICE_PROXY_UPSTREAM"}, Usage: "the service the built-in proxy forwards to, e.g. http://127.0.0.1:8080", Category: "proxy"},
 			&cli.StringFlag{Name: "proxy-routes", EnvVars: []string{"SLUICE_PROXY_ROUTES"}, Usage: "routes file of the built-in proxy (default: limit by client IP under rule \"default\")", Category: "proxy"},
+			&cli.StringFlag{Name: "http-listen", EnvVars: []string{"SLUICE_HTTP_LISTEN"}, Usage: "serve the HTTP decision API here (POST /v1/check, forward-auth /v1/auth), e.g. 127.0.0.1:9466; not the admin address; default: off", Category: "http api"},
+			&cli.StringFlag{Name: "http-routes", EnvVars: []string{"SLUICE_HTTP_ROUTES"}, Usage: "routes file (the proxy's format) of the forward-auth endpoint (default: limit by client IP under rule \"default\", trusting loopback proxies)", Category: "http api"},
+			&cli.StringSliceFlag{Name: "http-allowed-hosts", EnvVars: []string{"SLUICE_HTTP_ALLOWED_HOSTS"}, Usage: "names, besides IP addresses and localhost, the decision API answers to in the Host header", Category: "http api"},
+			&cli.IntFlag{Name: "http-max-conns", Value: def.HTTPMaxConns, EnvVars: []string{"SLUICE_HTTP_MAX_CONNS"}, Usage: "most open connections to the decision API; more are closed at once", Category: "http api"},
 			&cli.StringFlag{Name: "cluster-label", Value: gossip.DefaultLabel, EnvVars: []string{"SLUICE_CLUSTER_LABEL"}, Usage: "label on every packet: keeps clusters on one network apart", Category: "cluster"},
 		},
 		Action:   run,
@@ -106,6 +112,10 @@ func run(c *cli.Context) error {
 	s.AdminShowKeys = c.Bool("admin-show-keys")
 	s.AdminMaxConns = c.Int("admin-max-conns")
 	s.MetricsAddr = c.String("metrics-addr")
+	s.HTTPAddr = c.String("http-listen")
+	s.HTTPRoutes = c.String("http-routes")
+	s.HTTPAllowedHosts = c.StringSlice("http-allowed-hosts")
+	s.HTTPMaxConns = c.Int("http-max-conns")
 	s.NodeName = c.String("node-name")
 	s.MaxKeys = c.Int("max-keys")
 	s.MaxKeyLen = c.Int("max-key-len")
@@ -142,10 +152,14 @@ func run(c *cli.Context) error {
 		return err
 	}
 	var builtIn atomic.Pointer[proxy.Server] // the built-in proxy, once started
+	var api atomic.Pointer[httpapi.Server]   // the HTTP decision API, once started
 	ctx, stop := handleSignals(func() {
 		_ = d.Reload() // logged by Reload; a bad file keeps the last good rules
 		if p := builtIn.Load(); p != nil {
 			p.Reload()
+		}
+		if a := api.Load(); a != nil {
+			_ = a.Reload() // logged; bad routes keep the last good ones
 		}
 	})
 	defer stop()
@@ -162,5 +176,17 @@ func run(c *cli.Context) error {
 		return err
 	}
 	defer waitRLS()
+	if s.HTTPAddr != "" {
+		a, err := startHTTPAPI(ctx, d, s, log.Named("httpapi"))
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+			defer cancel()
+			a.Shutdown(sctx)
+		}()
+		api.Store(a)
+	}
 	return d.Run(ctx)
 }

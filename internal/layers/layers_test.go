@@ -50,6 +50,11 @@ var allowed = map[string][]string{
 	// Network namespaces for tests of real processes (a test helper, used
 	// only by tests, std and x/sys).
 	"internal/netnstest": {"golang.org/x/sys"},
+	// The HTTP decision API: decisions in JSON, and forward-auth through the
+	// proxy's routes mapping; it sits above daemon (which it never imports)
+	// beside proxy, and cmd/sluiced wires it to the daemon.
+	"daemon/httpapi": {"bucket", "clientlib", "clientlib/httplimit", "config", "ipc", "proxy",
+		"github.com/hashicorp/go-hclog"},
 	// The HTTP proxy: a routes file made into httplimit's middleware.
 	"proxy": {"clientlib", "clientlib/httplimit", "config",
 		"github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
@@ -58,7 +63,7 @@ var allowed = map[string][]string{
 	"testcluster": {"daemon", "clientlib", "config", "gossip", "bucket",
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog"},
 	// Thin commands: flags, then a library call.
-	"cmd/sluiced": {"daemon", "daemon/envoyrls", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc",
+	"cmd/sluiced": {"daemon", "daemon/envoyrls", "daemon/httpapi", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc",
 		"github.com/urfave/cli/v2", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
 	"cmd/sluice":      {"clientlib", "daemon/adminapi", "ipc", "github.com/urfave/cli/v2"},
 	"internal/layers": {},
