@@ -43,6 +43,9 @@ var allowed = map[string][]string{
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang",
 		"github.com/prometheus/client_model", "github.com/fsnotify/fsnotify", "golang.org/x/sys"},
 	"daemon/daemontest": {"daemon", "config"},
+	// Test helpers of the packages running gossip: memberlist's known
+	// leftovers, for goleak.
+	"gossip/gossiptest": {"go.uber.org/goleak"},
 	// The HTTP proxy: a routes file made into httplimit's middleware.
 	"proxy": {"clientlib", "clientlib/httplimit", "config",
 		"github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
