@@ -28,6 +28,11 @@ type Config struct {
 	// Gossip, if set, adjusts the gossip configuration last (testcluster
 	// injects fault-injecting transports and short timeouts through it).
 	Gossip func(*gossip.Config)
+	// Census, if set, is the go-metrics sink the program installed as
+	// go-metrics' global, from which the member census reads how many
+	// members memberlist suspects (see gossip.CensusSink). Nil: none is
+	// counted suspect. The daemon installs nothing process-wide.
+	Census *gossip.CensusSink
 }
 
 // Daemon decides rate-limit requests for the clients of one host.
@@ -184,7 +189,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if s.Cluster.Enabled() {
 		var err error
-		if d.syncer, err = d.newSyncer(cfg.Gossip); err != nil {
+		if d.syncer, err = d.newSyncer(cfg.Gossip, cfg.Census); err != nil {
 			return nil, err
 		}
 		d.metrics.registerGossip(d.syncer)

@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 	"clientlib/httplimit": {"clientlib", "ipc", "bucket", "internal/backoff", "internal/routecheck"},
 	// Gossip knows buckets only through its Ledger interface.
 	"gossip": {"internal/msgpackwire", "internal/backoff",
-		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog",
+		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog", "github.com/hashicorp/go-metrics",
 		"github.com/hashicorp/go-msgpack/v2", "github.com/hashicorp/go-sockaddr"},
 	// The composition root.
 	"daemon": {"bucket", "config", "ipc", "clientlib", "gossip", "daemon/adminapi", "internal/backoff",
@@ -55,7 +55,7 @@ var allowed = map[string][]string{
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog"},
 	// Thin commands: flags, then a library call.
 	"cmd/sluiced": {"daemon", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc",
-		"github.com/urfave/cli/v2", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
+		"github.com/urfave/cli/v2", "github.com/hashicorp/go-metrics", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
 	"cmd/sluice":      {"clientlib", "daemon/adminapi", "ipc", "github.com/urfave/cli/v2"},
 	"internal/layers": {},
 }
