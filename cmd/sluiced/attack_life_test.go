@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,4 +115,55 @@ func TestLifeSigtermReleasesEverything(t *testing.T) {
 	}
 	lifeHold(t, bind)  // fails the test if the gossip port is still bound
 	lifeHold(t, admin) // or the admin endpoint
+}
+
+// lifeMembers reads node's sluice_members gauge for state from /metrics; -1
+// when it cannot.
+func lifeMembers(t *testing.T, admin, state string) int {
+	t.Helper()
+	code, body := adminRequest(t, "GET", "http://"+admin+"/metrics", "", nil, "")
+	if code != 200 {
+		return -1
+	}
+	prefix := `sluice_members{state="` + state + `"} `
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
+// sluiced counts a member it suspects (killed -9, not yet declared dead)
+// as suspect, from memberlist's census through the go-metrics sink the
+// program installs (gossip.CensusSink).
+func TestLifeCensusCountsASuspect(t *testing.T) {
+	dir := tempDir(t)
+	rules := "rules:\n  r:\n    rate: 5/1h\n"
+	ports := []string{freePort(t), freePort(t), freePort(t)}
+	args := func(i int) []string {
+		a := []string{"--bind", "127.0.0.1:" + ports[i], "--push-pull-interval", "200ms", "--cluster-label", "life", "--insecure-gossip"}
+		if i > 0 {
+			a = append(a, "--join", "127.0.0.1:"+ports[0])
+		}
+		return a
+	}
+	a := startAdminNode(t, dir, "a", rules, args(0)...)
+	startAdminNode(t, dir, "b", rules, args(1)...)
+	c := startAdminNode(t, dir, "c", rules, args(2)...)
+	eventually(t, "a counts 3 alive, none suspect", func() bool {
+		return lifeMembers(t, a.admin, "alive") == 3 && lifeMembers(t, a.admin, "suspect") == 0
+	})
+	if err := c.p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// memberlist suspects c for 4 s (SuspicionMult 4 × ProbeInterval 1 s)
+	// before declaring it dead; the census is taken every 200 ms.
+	eventually(t, "a counts c suspect", func() bool {
+		return lifeMembers(t, a.admin, "suspect") == 1 && lifeMembers(t, a.admin, "alive") == 2
+	})
 }
