@@ -32,7 +32,7 @@ func TestCensusSinkCountsSuspects(t *testing.T) {
 	timings := func(c *memberlist.Config) {
 		c.ProbeInterval = 100 * time.Millisecond
 		c.ProbeTimeout = 50 * time.Millisecond
-		c.SuspicionMult = 200 // suspected for 20 s before declared dead: the test reads it long before
+		c.SuspicionMult = 30 // suspected for 3 s before declared dead: 30 censuses
 		c.GossipInterval = 20 * time.Millisecond
 		c.PushPullInterval = 100 * time.Millisecond // the census gauge is set at each push-pull
 	}
@@ -72,6 +72,10 @@ func TestCensusSinkCountsSuspects(t *testing.T) {
 	if got := census(x); got != (MemberStates{Alive: 2}) {
 		t.Errorf("the other cluster's census changed: %+v", got)
 	}
+	// Then declared dead (memberlist's suspicion timer fires before the
+	// test ends, not in a later test's goroutine count).
+	want = MemberStates{Alive: 2, Dead: 1}
+	waitFor(t, "a and b count c dead, no longer suspect", func() bool { return census(a) == want && census(b) == want })
 	a.Shutdown()
 	if _, ok := sink.suspect(a.censusID); ok {
 		t.Error("the sink kept a's census after its Shutdown")
