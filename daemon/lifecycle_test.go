@@ -345,3 +345,28 @@ func TestEmbeddedLifecycle(t *testing.T) {
 		t.Errorf("Embed with the gossip port taken: %v", err)
 	}
 }
+
+// When serving the socket fails, Run still leaves and shuts everything
+// down before it returns the error (on main it returned with gossip, the
+// endpoints and the loops still running).
+func TestRunStopsEverythingWhenServingFails(t *testing.T) {
+	defer goleak.VerifyNone(t, gossiptest.MemberlistLeftovers()...)
+	s := lifeSettings(t)
+	d, err := New(Config{Settings: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(context.Background()) }()
+	<-d.Ready()
+	d.life.sock.Close() // Accept fails, not because of Shutdown
+	select {
+	case err := <-ran:
+		if err == nil || !strings.Contains(err.Error(), "serve "+s.SocketPath) {
+			t.Errorf("Run: %v, want the serving error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after serving failed")
+	}
+	assertUnbound(t, s)
+}
