@@ -54,8 +54,8 @@ type lifecycle struct {
 	serveErr     chan error         // the socket's serving, ended by an error
 }
 
-// Start binds the socket, the admin and metrics endpoints and the gossip
-// port (UDP and TCP), then serves: the socket, the endpoints, the cluster's
+// Start binds, in this order, the socket, the admin and metrics endpoints
+// and the gossip port (UDP and TCP), then serves: the socket, the endpoints, the cluster's
 // gossip and joining, the rules file's watch or the rules service's poll,
 // and the sweep of idle buckets. "sluiced serving" is logged, and Ready
 // closed, only once all of it is bound. ctx bounds the start only (a
@@ -88,15 +88,18 @@ func (d *Daemon) start(ctx context.Context, serve bool) (err error) {
 		return fmt.Errorf("start: %w", err)
 	}
 	if serve {
-		if lc.eps, err = d.listenHTTP(); err != nil {
-			return err
-		}
+		// The socket first: what is wrong with it (a path too long, a
+		// directory that cannot be made, another daemon serving there) is
+		// reported whatever the state of the HTTP addresses.
 		l, err := ipc.Listen(d.settings.SocketPath, d.settings.SocketMode)
 		if err != nil {
 			return err
 		}
 		lc.sock = l
 		lc.sockInfo, _ = os.Stat(d.settings.SocketPath)
+		if lc.eps, err = d.listenHTTP(); err != nil {
+			return err
+		}
 	}
 	if d.syncer != nil {
 		if err := d.syncer.Start(); err != nil {
