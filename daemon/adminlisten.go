@@ -28,6 +28,7 @@ type cappedListener struct {
 	open     atomic.Int64
 	shedding atomic.Int64
 	shed     atomic.Uint64
+	refusing sync.WaitGroup // the refusals under way
 }
 
 // shedBody says why a connection beyond the cap is closed; shedReply is the
@@ -65,7 +66,9 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
+		l.refusing.Add(1)
 		go func() {
+			defer l.refusing.Done()
 			defer l.shedding.Add(-1)
 			var buf [2048]byte
 			c.SetReadDeadline(time.Now().Add(shedTimeout))
@@ -76,6 +79,11 @@ func (l *cappedListener) Accept() (net.Conn, error) {
 		}()
 	}
 }
+
+// wait waits for the refusals under way, each bounded by shedTimeout
+// twice; call it once Accept can no longer be called (the listener closed,
+// its server's Serve returned or never begun).
+func (l *cappedListener) wait() { l.refusing.Wait() }
 
 // Shed is the number of connections refused at the cap.
 func (l *cappedListener) Shed() uint64 { return l.shed.Load() }

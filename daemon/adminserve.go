@@ -1,11 +1,11 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -75,24 +75,34 @@ func (d *Daemon) newEndpoint(name string, l net.Listener, h http.Handler) *httpE
 	}}
 }
 
-// serveHTTP serves the endpoints until ctx ends, then closes them; the
-// returned function waits for that.
-func (d *Daemon) serveHTTP(ctx context.Context, eps []*httpEndpoint) (wait func()) {
-	done := make(chan struct{})
+// serveHTTP serves the endpoints, each in a goroutine counted in wg, until
+// closeHTTP.
+func (d *Daemon) serveHTTP(eps []*httpEndpoint, wg *sync.WaitGroup) {
 	for _, ep := range eps {
 		d.log.Info(ep.name+" endpoint serving", "addr", ep.l.Addr().String(), "max_conns", d.settings.AdminMaxConns)
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			if err := ep.srv.Serve(ep.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error(ep.name+" endpoint stopped", "error", err)
 			}
 		}()
 	}
-	go func() {
-		defer close(done)
-		<-ctx.Done()
-		for _, ep := range eps {
-			ep.srv.Close()
-		}
-	}()
-	return func() { <-done }
+}
+
+// closeHTTP closes the endpoints, their listeners (served or not) and their
+// connections.
+func closeHTTP(eps []*httpEndpoint) {
+	for _, ep := range eps {
+		ep.srv.Close()
+		ep.l.Close()
+	}
+}
+
+// waitHTTP waits for the refusals at the connection cap still under way;
+// call it once serveHTTP's goroutines have returned.
+func waitHTTP(eps []*httpEndpoint) {
+	for _, ep := range eps {
+		ep.l.wait()
+	}
 }

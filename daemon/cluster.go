@@ -129,7 +129,7 @@ func (l ledger) Adopt(rule, key string, window uint64, balance float64) bool {
 }
 
 // newSyncer builds the gossip syncer from the daemon's cluster settings.
-func (d *Daemon) newSyncer(extra func(*gossip.Config)) (*gossip.Syncer, error) {
+func (d *Daemon) newSyncer(extra func(*gossip.Config), census *gossip.CensusSink) (*gossip.Syncer, error) {
 	c := d.settings.Cluster
 	cfg := gossip.Config{
 		NodeName:         d.settings.NodeName,
@@ -142,6 +142,7 @@ func (d *Daemon) newSyncer(extra func(*gossip.Config)) (*gossip.Syncer, error) {
 		Label:            c.Label,
 		Meta:             gossip.Meta{Version: Version, RulesHash: d.Rules().Hash},
 		Logger:           d.log.Named("gossip"),
+		Census:           census,
 	}
 	bind := c.Bind
 	if bind == "" {

@@ -2,9 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +29,11 @@ type Config struct {
 	// Gossip, if set, adjusts the gossip configuration last (testcluster
 	// injects fault-injecting transports and short timeouts through it).
 	Gossip func(*gossip.Config)
+	// Census, if set, is the go-metrics sink the program installed as
+	// go-metrics' global, from which the member census reads how many
+	// members memberlist suspects (see gossip.CensusSink). Nil: none is
+	// counted suspect. The daemon installs nothing process-wide.
+	Census *gossip.CensusSink
 }
 
 // Daemon decides rate-limit requests for the clients of one host.
@@ -76,6 +78,7 @@ type Daemon struct {
 	namespaces map[string]bucket.Namespace
 	nsNames    atomic.Pointer[[]string] // namespace → rule name, for gossip
 
+	life     lifecycle // Start, Leave and Shutdown (lifecycle.go)
 	ready    chan struct{}
 	reloads  atomic.Uint64
 	failures atomic.Uint64
@@ -127,7 +130,10 @@ func (rs *ruleSet) resolve(name string) (activeRule, int, bool) {
 // rules, the daemon starts on the rules cache (Settings.RulesCache) or,
 // without one, on no rules at all, admitting every check; it reports which
 // in /readyz and the log, and keeps polling (see rulescache.go).
-// It starts no goroutine.
+//
+// New binds nothing (no socket, no HTTP listener, no gossip port) and
+// starts no goroutine, neither its own nor memberlist's: that is Start's
+// (see lifecycle.go). A daemon that is never started needs no Shutdown.
 func New(cfg Config) (*Daemon, error) {
 	if err := cfg.Settings.Validate(); err != nil {
 		return nil, err
@@ -187,12 +193,13 @@ func New(cfg Config) (*Daemon, error) {
 	if s.RulesURL != "" {
 		d.fetcher = newRulesFetcher(s.RulesURL)
 		d.startFromURL() // the service's rules, else the cache's, else none (failing open)
+		d.fetcher.closeIdle()
 	} else {
 		d.apply(rules)
 	}
 	if s.Cluster.Enabled() {
 		var err error
-		if d.syncer, err = d.newSyncer(cfg.Gossip); err != nil {
+		if d.syncer, err = d.newSyncer(cfg.Gossip, cfg.Census); err != nil {
 			return nil, err
 		}
 		d.metrics.registerGossip(d.syncer)
@@ -201,93 +208,7 @@ func New(cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
-// Run listens on the socket and serves until ctx ends, then shuts down
-// gracefully: it stops accepting, answers requests already received, and
-// removes the socket.
-func (d *Daemon) Run(ctx context.Context) error {
-	eps, err := d.listenHTTP()
-	if err != nil {
-		if d.syncer != nil {
-			d.syncer.Shutdown()
-		}
-		return err
-	}
-	l, err := ipc.Listen(d.settings.SocketPath, d.settings.SocketMode)
-	if err != nil {
-		for _, ep := range eps {
-			ep.l.Close()
-		}
-		return err
-	}
-	rs := d.rules.Load()
-	d.log.Info("sluiced serving", "socket", d.settings.SocketPath, "node", d.settings.NodeName,
-		"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash)
-	if d.syncer != nil {
-		if err := d.syncer.Start(); err != nil {
-			for _, ep := range eps {
-				ep.l.Close()
-			}
-			l.Close()
-			os.Remove(d.settings.SocketPath)
-			return err
-		}
-		d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join,
-			"encrypted", d.settings.Cluster.Encrypted())
-		defer d.startInsecureWarnings(ctx)()
-	}
-	httpCtx, stopHTTP := context.WithCancel(ctx)
-	waitHTTP := d.serveHTTP(httpCtx, eps)
-	defer func() { stopHTTP(); waitHTTP() }()
-	if d.fetcher != nil {
-		pollDone := make(chan struct{})
-		pollCtx, stopPoll := context.WithCancel(ctx)
-		go func() { defer close(pollDone); d.pollRules(pollCtx) }()
-		defer func() { stopPoll(); <-pollDone }()
-	}
-	if d.settings.RulesPath != "" && !d.settings.NoWatch {
-		if loop, ok := d.startWatch(); ok {
-			watchDone := make(chan struct{})
-			watchCtx, stopWatch := context.WithCancel(ctx)
-			go func() { defer close(watchDone); loop(watchCtx) }()
-			defer func() { stopWatch(); <-watchDone }()
-		}
-	}
-	defer d.watchEnvoy(ctx)()
-	close(d.ready)
-
-	served := make(chan error, 1)
-	go func() { served <- d.server.Serve(l, d.settings.SocketPath) }()
-	sweepDone := make(chan struct{})
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	go func() { defer close(sweepDone); d.sweepLoop(sweepCtx) }()
-	defer func() { stopSweep(); <-sweepDone }()
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve %s: %w", d.settings.SocketPath, err)
-	case <-ctx.Done():
-	}
-	d.log.Info("shutting down", "timeout", d.settings.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), d.settings.ShutdownTimeout)
-	defer cancel()
-	err = d.server.Shutdown(sctx)
-	if serr := <-served; !errors.Is(serr, ipc.ErrServerClosed) {
-		d.log.Warn("serve ended with an error", "error", serr)
-	}
-	if d.syncer != nil {
-		d.syncer.Flush() // peers learn what was admitted last
-		if lerr := d.syncer.LeaveAndShutdown(leaveTimeout); lerr != nil {
-			d.log.Warn("leaving the cluster", "error", lerr)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	d.log.Info("stopped")
-	return nil
-}
-
-// Ready is closed once the daemon is listening.
+// Ready is closed once Start has bound everything and the daemon serves.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // SocketPath is where the daemon listens.

@@ -16,10 +16,14 @@ import (
 
 	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/config"
+	"github.com/sluicelabs/sluice/gossip/gossiptest"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the package's tests if any goroutine outlives them but
+// those memberlist is known to leave for a moment after Shutdown (see
+// gossiptest); none of Sluice's is ignored.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, gossiptest.MemberlistLeftovers()...) }
 
 // fakeClock is a clock tests move by hand.
 type fakeClock struct{ offset atomic.Int64 }

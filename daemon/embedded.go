@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/sluicelabs/sluice/clientlib"
@@ -20,30 +20,48 @@ import (
 // hop matters; choose the sidecar when several processes or languages on a
 // host share limits, or when the limiter's memory and CPU should be isolated
 // from the service (and survive its restarts with the balances it holds).
+//
+// Its life is the daemon's (see Daemon.Start): NewEmbedded (nothing bound,
+// nothing running) → Start → Leave → Shutdown, or Embed then Close.
 type Embedded struct {
-	d      *Daemon
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	d *Daemon
 }
 
-// Embed starts a limiter in this process: it loads the rules, joins the
-// cluster if cfg.Settings.Cluster says so, and sweeps idle buckets. The
-// socket settings are ignored.
-func Embed(cfg Config) (*Embedded, error) {
+// NewEmbedded builds a limiter for this process without starting it: it
+// loads the rules and binds nothing, starts nothing. The socket and HTTP
+// settings are ignored.
+func NewEmbedded(cfg Config) (*Embedded, error) {
 	d, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &Embedded{d: d, cancel: cancel, done: make(chan struct{})}
-	if d.syncer != nil {
-		if err := d.syncer.Start(); err != nil {
-			cancel()
-			return nil, err
-		}
+	return &Embedded{d: d}, nil
+}
+
+// Start joins the cluster if cfg.Settings.Cluster says so (binding the
+// gossip port) and sweeps idle buckets; it neither watches nor polls the
+// rules (Reload does). A Start that fails has undone what it did; as for
+// the daemon, an Embedded runs once.
+func (e *Embedded) Start(ctx context.Context) error { return e.d.start(ctx, false) }
+
+// Leave sends the last counts and tells the cluster this node is going
+// (see Daemon.Leave). Decisions are still made until Shutdown.
+func (e *Embedded) Leave(timeout time.Duration) error { return e.d.Leave(timeout) }
+
+// Shutdown stops gossip and the sweep and waits for them (see
+// Daemon.Shutdown); it is idempotent and safe before Start.
+func (e *Embedded) Shutdown(ctx context.Context) error { return e.d.Shutdown(ctx) }
+
+// Embed builds and starts a limiter in this process: NewEmbedded, then
+// Start. On error nothing is left bound or running.
+func Embed(cfg Config) (*Embedded, error) {
+	e, err := NewEmbedded(cfg)
+	if err != nil {
+		return nil, err
 	}
-	go func() { defer close(e.done); d.sweepLoop(ctx) }()
+	if err := e.Start(context.Background()); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -63,17 +81,13 @@ func (e *Embedded) AllowAll(ctx context.Context, checks ...clientlib.Check) clie
 	return e.d.Local().AllowAll(ctx, checks...)
 }
 
-// Close leaves the cluster (after sending the last counts) and stops.
+// Close leaves the cluster (after sending the last counts) and stops: Leave
+// then Shutdown. Calling it again does nothing.
 func (e *Embedded) Close() error {
-	var err error
-	e.once.Do(func() {
-		e.cancel()
-		<-e.done
-		if s := e.d.syncer; s != nil {
-			s.Flush()
-			err = s.LeaveAndShutdown(leaveTimeout)
-		}
-	})
+	err := e.Leave(leaveTimeout)
+	if serr := e.Shutdown(context.Background()); err == nil {
+		err = serr
+	}
 	return err
 }
 

@@ -112,7 +112,7 @@ func (m *metrics) registerGossip(s *gossip.Syncer) {
 	for _, state := range []string{"alive", "suspect", "dead", "left"} {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_members", ConstLabels: prometheus.Labels{"state": state},
-			Help: "Members memberlist knows in each state, this node included, as of its last census (taken at every push-pull exchange; dead and left members are forgotten after a while).",
+			Help: "Members in each state as this node sees them, this node included: alive as memberlist counts them now, less the suspected; suspect as of memberlist's last push-pull census (0 unless the program installed gossip's census sink, as sluiced does); dead and left for memberlist's GossipToTheDeadTime after they went.",
 		}, func() float64 {
 			c, _ := s.MemberStates()
 			switch state {

@@ -57,9 +57,17 @@ type rulesFetcher struct {
 	digest       []byte // of the last body received, valid or not
 }
 
+// newRulesFetcher fetches through a transport of its own, so that closing
+// its idle connections (closeIdle) touches no one else's.
 func newRulesFetcher(url string) *rulesFetcher {
-	return &rulesFetcher{url: url, client: &http.Client{Timeout: rulesFetchTimeout}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return &rulesFetcher{url: url, client: &http.Client{Timeout: rulesFetchTimeout, Transport: tr}}
 }
+
+// closeIdle closes the connections kept alive between fetches, and with
+// them net/http's goroutines reading them: after the fetch New makes (New
+// leaves nothing running) and at Shutdown.
+func (f *rulesFetcher) closeIdle() { f.client.CloseIdleConnections() }
 
 // fetch returns the rules the service serves now. It returns
 // errRulesUnchanged when there is nothing new, a *fetchError when the

@@ -7,11 +7,15 @@ import (
 // MemberStates counts the members in each state as this node sees them,
 // this node included.
 type MemberStates struct {
-	// Alive counts the members memberlist believes alive. A member it
-	// suspects is counted here too, until it is declared dead: memberlist
-	// tells no one of suspicion (no event, and Members returns pointers into
-	// node states its failure detector rewrites without a lock the caller
-	// can take), so Suspect is always 0.
+	// Alive counts the members memberlist believes alive, and Suspect
+	// those it suspects of having failed. memberlist tells suspicion to no
+	// event and no race-free call (Members returns pointers into node
+	// states its failure detector rewrites without a lock the caller can
+	// take): only its census gauge carries it, through go-metrics. With a
+	// CensusSink (Config.Census), Suspect is that gauge's count as of the
+	// last push-pull exchange, and Alive the members memberlist counts now
+	// less those; without one, Suspect is 0 and a suspected member counts
+	// as alive until it is declared dead.
 	Alive   int `json:"alive"`
 	Suspect int `json:"suspect"`
 	// Dead and Left count the members declared dead, or that announced
@@ -34,6 +38,12 @@ func (s *Syncer) MemberStates() (MemberStates, bool) {
 	}
 	now := time.Now()
 	out := MemberStates{Alive: s.NumAlive(), At: now}
+	if c := s.cfg.Census; c != nil {
+		if n, ok := c.suspect(s.censusID); ok {
+			out.Suspect = min(n, out.Alive)
+			out.Alive -= out.Suspect
+		}
+	}
 	s.mu.Lock()
 	for _, f := range s.failed {
 		if now.Sub(f.since) > s.mlc.GossipToTheDeadTime {

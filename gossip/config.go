@@ -79,6 +79,10 @@ type Config struct {
 	// MemberlistConfig, if set, adjusts memberlist's configuration last
 	// (tests shorten its timeouts).
 	MemberlistConfig func(*memberlist.Config)
+	// Census, if set, is the go-metrics sink the program installed as
+	// go-metrics' global (see CensusSink): the syncer then reports how many
+	// members memberlist suspects. Nil: MemberStates.Suspect is 0.
+	Census *CensusSink
 }
 
 // Meta is what a node tells its peers about itself.

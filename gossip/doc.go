@@ -64,13 +64,15 @@
 // after a Start that failed. A syncer runs once: make a new one to run again.
 // The package installs nothing process-wide: each syncer's member census
 // (MemberStates) is its own, counted from memberlist's member list and
-// events.
+// events, and, for the suspected members, from memberlist's census gauge
+// through a CensusSink the program installs as go-metrics' global and
+// passes in Config.Census (one sink serves every syncer of the process).
 //
 // # Where things are
 //
 // lifecycle.go (New, Start, Leave, Shutdown, joining), members.go (membership
 // bookkeeping: the event delegate, reconnecting), census.go (members by
-// state), keyring.go (key rotation), counters.go (sending counters: the
+// state) and censussink.go (memberlist's census gauge), keyring.go (key rotation), counters.go (sending counters: the
 // pending queue and rounds), apply.go, seen.go, allowance.go, stamp.go and
 // suspect.go (receiving them), pushpull.go (the push-pull state and its
 // merge), reset.go and resetwire.go (resets), views.go (what operators see),

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/sluicelabs/sluice/internal/backoff"
@@ -90,6 +91,10 @@ func (s *Syncer) memberlistConfig() *memberlist.Config {
 	mlc.Delegate = (*delegate)(s)
 	mlc.Events = (*events)(s)
 	mlc.Logger = memberlistLog(cfg.Logger.Named("memberlist"), &s.leaving)
+	if cfg.Census != nil {
+		s.censusID = newCensusID()
+		mlc.MetricLabels = append(mlc.MetricLabels, metrics.Label{Name: censusLabel, Value: s.censusID})
+	}
 	if cfg.MemberlistConfig != nil {
 		cfg.MemberlistConfig(mlc)
 	}
@@ -232,6 +237,9 @@ func (s *Syncer) Shutdown() error {
 	}
 	if s.transport != nil {
 		s.transport.Shutdown() // memberlist shut down a wrapped transport only
+	}
+	if s.cfg.Census != nil {
+		s.cfg.Census.forget(s.censusID)
 	}
 	return err
 }

@@ -10,24 +10,14 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
+
+	"github.com/sluicelabs/sluice/gossip/gossiptest"
 )
 
-// memberlistLeftovers are the goroutines memberlist v0.7.0 is known to leave
-// running for a moment after its Shutdown returns, which waits for none of
-// them (memberlist.go Shutdown: it closes shutdownCh and stopTick and
-// returns). Each ends by itself; none is Sluice's.
-var memberlistLeftovers = []goleak.Option{
-	// A probe in flight (state.go probeNode) waits out ProbeTimeout for an
-	// ack, then up to ProbeInterval for its TCP fallback ping, whatever
-	// Shutdown did; triggerFunc, which runs it, returns after it.
-	goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
-	// The fallback TCP ping of such a probe (state.go, the goroutine in
-	// probeNode) waits for its deadline, ProbeInterval at most.
-	goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).sendPingAndWaitForAck"),
-	// An indirect ping's nack timer (net.go handleIndirectPing) waits out
-	// ProbeTimeout before it sends its nack or gives up.
-	goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).handleIndirectPing.func1"),
-}
+// memberlistLeftovers are the goroutines memberlist is known to leave
+// running for a moment after its Shutdown (each named, with why, in
+// gossiptest); none is Sluice's.
+var memberlistLeftovers = gossiptest.MemberlistLeftovers()
 
 // verifyNoLeaks checks, once the test and all its cleanups are done, that
 // no goroutine is left but memberlistLeftovers.

@@ -77,6 +77,8 @@ type Syncer struct {
 	// syncer was made, on it.
 	now  func() time.Time
 	born time.Time
+	// censusID tags memberlist's metrics for Config.Census (censussink.go).
+	censusID string
 }
 
 type counterKey struct{ origin, rule, key string }

@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicelabs/sluice/gossip/gossiptest"
 )
 
-// transportLeakOptions ignore what memberlist is known to leave behind: a
-// memberlist of an earlier test in this package that was shut down while a
-// probe was in flight keeps that probe's goroutine until the probe times out
-// (testcluster ignores the same). Never a goroutine of ours.
-var transportLeakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
-}
+// transportLeakOptions ignore only what memberlist is known to leave
+// behind (a memberlist of an earlier test in this package shut down while a
+// probe was in flight keeps that probe's goroutine until it times out; see
+// gossiptest). Never a goroutine of ours.
+var transportLeakOptions = gossiptest.MemberlistLeftovers()
 
 func newTestTransport(t *testing.T) *transport {
 	t.Helper()

@@ -66,8 +66,6 @@ type Node struct {
 	daemon    *daemon.Daemon
 	client    *clientlib.Client
 	transport *faultTransport
-	cancel    context.CancelFunc
-	done      chan error
 	bindPort  int
 	running   bool
 }
@@ -242,23 +240,16 @@ func (n *Node) start(join []string) error {
 	if err != nil {
 		return fmt.Errorf("testcluster: start %s: %w", n.Name, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		cancel()
+	if err := d.Start(context.Background()); err != nil {
 		return fmt.Errorf("testcluster: run %s: %w", n.Name, err)
 	}
 	client, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: s.SocketPath, Timeout: 5 * time.Second, Name: n.Name})
 	if err != nil {
-		cancel()
-		<-done
+		d.Shutdown(context.Background())
 		return fmt.Errorf("testcluster: connect to %s: %w", n.Name, err)
 	}
 	n.mu.Lock()
-	n.daemon, n.client, n.transport, n.cancel, n.done, n.running = d, client, ft, cancel, done, true
+	n.daemon, n.client, n.transport, n.running = d, client, ft, true
 	if n.bindPort == 0 {
 		_, port, _ := splitPort(d.Syncer().Addr())
 		n.bindPort = port
@@ -382,21 +373,32 @@ func (c *Cluster) Stop(i int) error { return c.nodes[i].stop(true) }
 // Crash stops node i abruptly: no leave, no last counters, as kill -9 would.
 func (c *Cluster) Crash(i int) error { return c.nodes[i].stop(false) }
 
+// stopTimeout bounds a node's Leave, and the wait for the requests it was
+// answering when it stops.
+const stopTimeout = 2 * time.Second
+
 func (n *Node) stop(graceful bool) error {
 	n.mu.Lock()
 	if !n.running {
 		n.mu.Unlock()
 		return nil
 	}
-	d, cl, cancel, done := n.daemon, n.client, n.cancel, n.done
+	d, cl := n.daemon, n.client
 	n.daemon, n.client, n.running = nil, nil, false
 	n.mu.Unlock()
 	cl.Close()
-	if !graceful {
-		d.Syncer().Shutdown() // vanish without a word; Run's Leave is then a no-op
+	var err error
+	if graceful {
+		err = d.Leave(stopTimeout)
 	}
-	cancel()
-	return <-done
+	// Without Leave, Shutdown stops gossip first: the node vanishes without
+	// a word or its last counters, as after kill -9.
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if serr := d.Shutdown(ctx); err == nil {
+		err = serr
+	}
+	return err
 }
 
 // Restart starts a stopped node again on its old address, joining the rest.

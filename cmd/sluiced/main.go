@@ -147,7 +147,11 @@ func run(c *cli.Context) error {
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "sluiced", Level: level, JSONFormat: c.Bool("log-json"), Output: os.Stderr})
 
-	d, err := daemon.New(daemon.Config{Settings: s, Logger: log})
+	census, err := installCensusSink()
+	if err != nil {
+		return err
+	}
+	d, err := daemon.New(daemon.Config{Settings: s, Logger: log, Census: census})
 	if err != nil {
 		return err
 	}
