@@ -17,6 +17,7 @@ import (
 	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/gossip"
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -218,7 +219,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	rs := d.rules.Load()
 	d.log.Info("sluiced serving", "socket", d.settings.SocketPath, "node", d.settings.NodeName,
-		"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash)
+		"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash,
+		"version", version, "revision", buildinfo.Get().RevisionString(), "go", buildinfo.Get().GoVersion)
 	if d.syncer != nil {
 		if err := d.syncer.Start(); err != nil {
 			for _, ep := range eps {

@@ -47,6 +47,7 @@ func commands() []*cli.Command {
 		}, reload),
 		watchCommand(),
 		resetCommand(),
+		versionCommand(),
 	}
 }
 

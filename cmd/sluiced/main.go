@@ -14,6 +14,7 @@ import (
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
 	"github.com/sluicelabs/sluice/gossip"
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 	"github.com/sluicelabs/sluice/proxy"
 )
 
@@ -27,8 +28,9 @@ func main() {
 func app() *cli.App {
 	def := config.DefaultSettings()
 	return &cli.App{
-		Name:  "sluiced",
-		Usage: "the Sluice rate-limit daemon",
+		Name:    "sluiced",
+		Usage:   "the Sluice rate-limit daemon",
+		Version: buildinfo.Get().String(), // --version (-v) prints it and exits
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
 			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
