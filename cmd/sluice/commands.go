@@ -48,6 +48,7 @@ func commands() []*cli.Command {
 		watchCommand(),
 		resetCommand(),
 		versionCommand(),
+		lintCommand(),
 	}
 }
 

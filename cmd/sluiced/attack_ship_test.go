@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -134,4 +135,42 @@ func memberVersion(v adminapi.MembersView, name string) string {
 		}
 	}
 	return ""
+}
+
+// `sluice lint` as a rules repository's CI runs it: the built CLI, no
+// daemon anywhere, the embedded default rules valid, a broken pair of files
+// refused with every problem on its own file:line:col line and no Go names.
+func TestShipLintRunsWithoutADaemon(t *testing.T) {
+	_, sluice := shipBinaries(t)
+	dir := tempDir(t)
+	rules := filepath.Join(dir, "rules.yaml")
+	routes := filepath.Join(dir, "routes.yaml")
+	if err := os.WriteFile(rules, []byte("rules:\n  api: {rate: 100/1s, burst: 10}\n  junk: {rate: often}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(routes, []byte("identity: {client_ip: sometimes}\nroutes:\n  - match: /\n    limits: [{rule: api, cost: many}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runOut(t, sluice, "lint", "../../config/default_rules.yaml")
+	if code != 0 || !strings.HasPrefix(out, "../../config/default_rules.yaml: 3 rules, valid") || errOut != "" {
+		t.Fatalf("lint of the default rules: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = runOut(t, sluice, "lint", rules, routes)
+	want := []string{
+		rules + ":3:16: rules.junk.rate: ",
+		routes + ":1:23: identity.client_ip: expected true or false, got \"sometimes\"",
+		routes + ":4:32: routes[0].limits[0].cost: expected a whole number, got \"many\"",
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if code != 1 || out != "" || len(lines) != len(want) {
+		t.Fatalf("lint of broken files: exit %d (want 1), stdout %q, stderr:\n%s", code, out, errOut)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d = %q, want it to start %q", i, lines[i], w)
+		}
+	}
+	if strings.Contains(errOut, "config.") || strings.Contains(errOut, ".go:") || strings.Contains(errOut, "int64") {
+		t.Errorf("Go names in the problems:\n%s", errOut)
+	}
 }
