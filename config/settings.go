@@ -23,6 +23,10 @@ type Settings struct {
 	// SocketMode is the socket file's permission bits. Default 0660: the
 	// daemon's user and group may connect, nobody else.
 	SocketMode fs.FileMode
+	// SocketSharedVolume says the socket directory's parent is a volume only
+	// one pod's containers mount (a Kubernetes emptyDir): it may be
+	// world-writable without the sticky bit (see ipc.ListenOptions).
+	SocketSharedVolume bool
 	// AllowUIDs and AllowGIDs, when either is non-empty, admit only clients
 	// whose uid is in AllowUIDs or whose primary gid is in AllowGIDs, as the
 	// kernel reports them (SO_PEERCRED; Linux only). Root is not implicitly

@@ -210,7 +210,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	l, err := ipc.Listen(d.settings.SocketPath, d.settings.SocketMode)
+	l, err := ipc.ListenWith(d.settings.SocketPath, d.settings.SocketMode, ipc.ListenOptions{SharedVolume: d.settings.SocketSharedVolume})
 	if err != nil {
 		for _, ep := range eps {
 			ep.l.Close()

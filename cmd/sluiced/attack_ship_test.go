@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/sluicelabs/sluice/daemon/adminapi"
@@ -172,5 +173,118 @@ func TestShipLintRunsWithoutADaemon(t *testing.T) {
 	}
 	if strings.Contains(errOut, "config.") || strings.Contains(errOut, ".go:") || strings.Contains(errOut, "int64") {
 		t.Errorf("Go names in the problems:\n%s", errOut)
+	}
+}
+
+// copyExecutable copies a binary into dir (mode 0755), for a process running
+// as another user, who cannot reach the test's private temporary directories.
+func copyExecutable(t *testing.T, src, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, filepath.Base(src))
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// A Kubernetes pod's socket volume, made as the kubelet makes an emptyDir
+// with securityContext.fsGroup: owned by root, group fsGroup, mode 2777
+// (world-writable, setgid, not sticky). sluiced runs as a non-root user in
+// that group, the app as another non-root user in it. The daemon refuses the
+// volume unless told it is a pod volume (--socket-shared-volume), then makes
+// its own directory inside (group fsGroup by the setgid bit), and the app
+// connects through the group bits (--socket-mode 0660). A directory another
+// user made first at the socket directory's name is refused.
+func TestShipSocketOnAnEmptyDirWithFSGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it runs the daemon and the app as two other users")
+	}
+	const daemonUID, appUID, fsGroup = 65532, 10001, 4242
+	base := tempDir(t)
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, cli := shipBinaries(t)
+	daemonBin, cliBin := copyExecutable(t, binary, bin), copyExecutable(t, cli, bin)
+	vol := filepath.Join(base, "vol")
+	if err := os.Mkdir(vol, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(vol, 0, fsGroup); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(vol, 0o777|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(vol, "sock", "sluiced.sock")
+	as := func(cmd *exec.Cmd, uid uint32) *exec.Cmd {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{fsGroup}}}
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "SLUICE_ADMIN_ADDR=", "SLUICE_DAEMON_UIDS=65532"}
+		return cmd
+	}
+	daemonArgs := []string{"--socket", sock, "--socket-mode", "0660", "--node-name", "pod-0"}
+
+	// Without the flag: refused, and the message names the way out.
+	out, err := as(exec.Command(daemonBin, daemonArgs...), daemonUID).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "writable by others and not sticky") || !strings.Contains(string(out), "--socket-shared-volume") {
+		t.Fatalf("sluiced on a world-writable volume without --socket-shared-volume: %v\n%s", err, out)
+	}
+
+	// Another user got there first: refused even with the flag.
+	squat := filepath.Join(vol, "sock")
+	os.Remove(squat) // the refused daemon made it before checking
+	if err := os.Mkdir(squat, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(squat, appUID, fsGroup); err != nil {
+		t.Fatal(err)
+	}
+	out, err = as(exec.Command(daemonBin, append(daemonArgs, "--socket-shared-volume")...), daemonUID).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "owned by uid 10001") {
+		t.Fatalf("sluiced with the socket directory made by another user: %v\n%s", err, out)
+	}
+	if err := os.Remove(squat); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := as(exec.Command(daemonBin, append(daemonArgs, "--socket-shared-volume")...), daemonUID)
+	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	eventually(t, "sluiced serves on the pod volume", func() bool {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("sluiced exited: %v\n%s", err, p.stderr.String())
+		default:
+		}
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Dir(sock), &st); err != nil || st.Uid != daemonUID || st.Gid != fsGroup || st.Mode&0o777 != 0o750 {
+		t.Fatalf("socket directory: uid %d gid %d mode %o (%v), want %d, %d, 0750", st.Uid, st.Gid, st.Mode&0o7777, err, daemonUID, fsGroup)
+	}
+	// The app, another user in the fsGroup, is answered; a user outside it is not.
+	if out, err := as(exec.Command(cliBin, "check", "--socket", sock, "default", "k"), appUID).CombinedOutput(); err != nil {
+		t.Fatalf("the app in the fsGroup: %v\n%s", err, out)
+	}
+	outsider := exec.Command(cliBin, "check", "--socket", sock, "default", "k")
+	outsider.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 10002, Gid: 10002}}
+	outsider.Env = []string{"PATH=/usr/bin:/bin", "SLUICE_DAEMON_UIDS=65532"}
+	if out, err := outsider.CombinedOutput(); err == nil {
+		t.Fatalf("a user outside the fsGroup was answered:\n%s", out)
 	}
 }

@@ -34,6 +34,7 @@ func app() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
 			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
+			&cli.BoolFlag{Name: "socket-shared-volume", EnvVars: []string{"SLUICE_SOCKET_SHARED_VOLUME"}, Usage: "the socket directory's parent is a volume only this pod's containers mount (a Kubernetes emptyDir, world-writable): accept it; the socket directory inside it is still made private"},
 			&cli.StringSliceFlag{Name: "allow-uid", EnvVars: []string{"SLUICE_ALLOW_UIDS"}, Usage: "serve only clients running as these users (uids or names; comma-separated or repeated), checked with SO_PEERCRED; root is not implied"},
 			&cli.StringSliceFlag{Name: "allow-gid", EnvVars: []string{"SLUICE_ALLOW_GIDS"}, Usage: "serve only clients whose primary group is one of these (gids or names); with --allow-uid, either list admits"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
@@ -84,6 +85,7 @@ func app() *cli.App {
 func run(c *cli.Context) error {
 	s := config.DefaultSettings()
 	s.SocketPath = c.String("socket")
+	s.SocketSharedVolume = c.Bool("socket-shared-volume")
 	if _, err := fmt.Sscanf(c.String("socket-mode"), "%o", &s.SocketMode); err != nil {
 		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0660", c.String("socket-mode"))
 	}
