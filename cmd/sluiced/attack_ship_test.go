@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
@@ -286,5 +287,78 @@ func TestShipSocketOnAnEmptyDirWithFSGroup(t *testing.T) {
 	outsider.Env = []string{"PATH=/usr/bin:/bin", "SLUICE_DAEMON_UIDS=65532"}
 	if out, err := outsider.CombinedOutput(); err == nil {
 		t.Fatalf("a user outside the fsGroup was answered:\n%s", out)
+	}
+}
+
+// The gossip key as Kubernetes mounts a Secret for a non-root container in
+// a pod with an fsGroup: root:fsGroup, mode 0440. sluiced, running as a
+// non-root user in that group, accepts it and gossips encrypted; the same
+// file group-writable, or readable by others, is refused; a daemon running
+// as root still refuses a group-readable key (TestSecureUnsafeGossipSettingsAreRefusedAtStart).
+func TestShipGossipKeyFromASecretWithFSGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the key is root's and the daemon runs as another user")
+	}
+	const daemonUID, fsGroup = 65532, 4242
+	base := tempDir(t)
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	daemonBin := copyExecutable(t, binary, base)
+	secrets := filepath.Join(base, "secret")
+	if err := os.Mkdir(secrets, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(mode os.FileMode) *proc {
+		key := filepath.Join(secrets, fmt.Sprintf("key-%o", mode))
+		if err := os.WriteFile(key, []byte(secureKey+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(key, 0, fsGroup); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(key, mode); err != nil {
+			t.Fatal(err)
+		}
+		sockDir := filepath.Join(base, fmt.Sprintf("run-%o", mode))
+		if err := os.Mkdir(sockDir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(sockDir, daemonUID, fsGroup); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(daemonBin, "--socket", filepath.Join(sockDir, "s.sock"), "--bind", "127.0.0.1:"+freePort(t), "--gossip-key-file", key)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: daemonUID, Gid: daemonUID, Groups: []uint32{fsGroup}}}
+		cmd.Env = []string{"SLUICE_ADMIN_ADDR="}
+		p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+		cmd.Stderr = p.stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.exited <- cmd.Wait() }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+		return p
+	}
+	ok := run(0o440)
+	eventually(t, "sluiced gossips encrypted with the Secret's key", func() bool {
+		select {
+		case err := <-ok.exited:
+			ok.exited <- err
+			t.Fatalf("sluiced refused the root:fsGroup 0440 key: %v\n%s", err, ok.stderr.String())
+		default:
+		}
+		return strings.Contains(ok.stderr.String(), "encrypted=true")
+	})
+	for _, mode := range []os.FileMode{0o460, 0o444} {
+		p := run(mode)
+		select {
+		case err := <-p.exited:
+			p.exited <- err // for the cleanup
+			if err == nil || !strings.Contains(p.stderr.String(), fmt.Sprintf("has mode %04o", mode)) {
+				t.Errorf("key mode %04o: exit %v\n%s", mode, err, p.stderr.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("key mode %04o: sluiced still running after 15s; want it refused at start\n%s", mode, p.stderr.String())
+		}
 	}
 }
