@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 func TestLint(t *testing.T) {
@@ -73,5 +75,27 @@ func TestLint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The rules in the Kubernetes example's ConfigMap pass `sluice lint`.
+func TestLintKubernetesExampleRules(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "configmap-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(data, &cm); err != nil || cm.Data["rules.yaml"] == "" {
+		t.Fatalf("configmap-rules.yaml: %v, data %v", err, cm.Data)
+	}
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte(cm.Data["rules.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"sluice", "lint", rules}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("lint: exit %d\n%s", code, stderr.String())
 	}
 }
