@@ -362,3 +362,61 @@ func TestShipGossipKeyFromASecretWithFSGroup(t *testing.T) {
 		}
 	}
 }
+
+// --join with a DNS name that resolves to several addresses, as a headless
+// Service's name does (one A record per pod): three daemons that know
+// nothing of each other, and a fourth joining through the name alone, end
+// in one cluster of four, so the fourth reached every address. The name is
+// resolved from an /etc/hosts bind-mounted, in a mount namespace of the
+// fourth daemon's own, over the real one.
+func TestShipJoinThroughANameWithSeveralAddresses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a mount namespace to give the joining daemon its own /etc/hosts")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	dir := tempDir(t)
+	key := secureKeyFile(t, dir, "c2x1aWNlLXRlc3Qta2V5LQ==")
+	port := freePort(t) // the same port on 127.0.0.1, .2 and .3, as pods share one
+	const name = "sluice-peers.example.test"
+	var peers []*adminNode
+	hosts := "127.0.0.1 localhost\n"
+	for i, ip := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"} {
+		node := fmt.Sprintf("pod-%d", i)
+		peers = append(peers, startShipNode(t, binary, dir, node, "--bind", ip+":"+port, "--gossip-key-file", key))
+		hosts += ip + " " + name + "\n"
+	}
+	hostsFile := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hostsFile, []byte(hosts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	joiner := &adminNode{sock: filepath.Join(dir, "pod-3.sock"), admin: "127.0.0.1:" + freePort(t)}
+	script := `mount --bind "$1" /etc/hosts && shift && exec "$@"`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", hostsFile,
+		binary, "--socket", joiner.sock, "--node-name", "pod-3", "--admin-addr", joiner.admin,
+		"--bind", "127.0.0.4:"+port, "--join", name+":"+port, "--gossip-key-file", key)
+	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	joiner.p = p
+	joiner.awaitServing(t, "pod-3")
+	eventually(t, "pod-3 says all three addresses answered", func() bool { return strings.Contains(p.stderr.String(), "peers_answered=3") })
+	for _, n := range append(peers, joiner) {
+		eventually(t, "every daemon sees four alive members", func() bool {
+			var v adminapi.MembersView
+			adminJSON(t, n.admin, "/v1/members", &v)
+			alive := 0
+			for _, m := range v.Members {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			return alive == 4
+		})
+	}
+}
