@@ -110,9 +110,12 @@ type ClusterSettings struct {
 	GossipNodes      int
 	FanoutLimit      int
 	PushPullInterval time.Duration
-	Key              []byte // 16, 24 or 32 bytes: encrypt gossip
-	KeyringFile      string // JSON list of base64 keys, the first one primary
-	Label            string // cluster label checked on every packet and stream; required with a key
+	// RejoinInterval is how often the Join names are resolved again to find
+	// peers that were not there before (0: gossip's default, 30s).
+	RejoinInterval time.Duration
+	Key            []byte // 16, 24 or 32 bytes: encrypt gossip
+	KeyringFile    string // JSON list of base64 keys, the first one primary
+	Label          string // cluster label checked on every packet and stream; required with a key
 	// Insecure lets a cluster that gossips beyond loopback (any Join, or a
 	// Bind that is not a loopback address) run without a key: every host
 	// that can reach it can then join, read and forge consumption. Without

@@ -121,6 +121,7 @@ func (d *Daemon) newSyncer(extra func(*gossip.Config)) (*gossip.Syncer, error) {
 		GossipNodes:      c.GossipNodes,
 		FanoutLimit:      c.FanoutLimit,
 		PushPullInterval: c.PushPullInterval,
+		RejoinInterval:   c.RejoinInterval,
 		SecretKey:        c.Key,
 		Label:            c.Label,
 		Meta:             gossip.Meta{Version: version, RulesHash: d.Rules().Hash},

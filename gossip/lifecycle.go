@@ -123,8 +123,9 @@ func (s *Syncer) Start() error {
 	go s.every(s.cfg.ReconnectInterval, s.reconnect)
 	go s.every(s.cfg.SeenTTL, s.pruneSeen)
 	if len(s.cfg.Join) > 0 {
-		s.wg.Add(1)
+		s.wg.Add(2)
 		go s.joinLoop()
+		go s.every(s.cfg.RejoinInterval, s.rejoin)
 	}
 	return nil
 }

@@ -366,10 +366,22 @@ func TestShipGossipKeyFromASecretWithFSGroup(t *testing.T) {
 // --join with a DNS name that resolves to several addresses, as a headless
 // Service's name does (one A record per pod): three daemons that know
 // nothing of each other, and a fourth joining through the name alone, end
-// in one cluster of four, so the fourth reached every address. The name is
+// in one cluster of four, so the fourth reached every address. With
+// rejoin, the name lists only the first at the start (pods started
+// together see few of each other), and the other two are added while the
+// fourth runs: it finds them by resolving the name again. The name is
 // resolved from an /etc/hosts bind-mounted, in a mount namespace of the
-// fourth daemon's own, over the real one.
+// fourth daemon's own, over the real one (and rewritten in place).
 func TestShipJoinThroughANameWithSeveralAddresses(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		rejoin bool
+	}{{"every address at the start", false}, {"addresses added later, found by rejoin", true}} {
+		t.Run(tt.name, func(t *testing.T) { testJoinThroughAName(t, tt.rejoin) })
+	}
+}
+
+func testJoinThroughAName(t *testing.T, later bool) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a mount namespace to give the joining daemon its own /etc/hosts")
 	}
@@ -382,20 +394,28 @@ func TestShipJoinThroughANameWithSeveralAddresses(t *testing.T) {
 	const name = "sluice-peers.example.test"
 	var peers []*adminNode
 	hosts := "127.0.0.1 localhost\n"
+	first := ""
 	for i, ip := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"} {
 		node := fmt.Sprintf("pod-%d", i)
 		peers = append(peers, startShipNode(t, binary, dir, node, "--bind", ip+":"+port, "--gossip-key-file", key))
 		hosts += ip + " " + name + "\n"
+		if i == 0 {
+			first = hosts
+		}
 	}
 	hostsFile := filepath.Join(dir, "hosts")
-	if err := os.WriteFile(hostsFile, []byte(hosts), 0o644); err != nil {
+	initial := hosts
+	if later {
+		initial = first
+	}
+	if err := os.WriteFile(hostsFile, []byte(initial), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	joiner := &adminNode{sock: filepath.Join(dir, "pod-3.sock"), admin: "127.0.0.1:" + freePort(t)}
 	script := `mount --bind "$1" /etc/hosts && shift && exec "$@"`
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", hostsFile,
 		binary, "--socket", joiner.sock, "--node-name", "pod-3", "--admin-addr", joiner.admin,
-		"--bind", "127.0.0.4:"+port, "--join", name+":"+port, "--gossip-key-file", key)
+		"--bind", "127.0.0.4:"+port, "--join", name+":"+port, "--gossip-key-file", key, "--rejoin-interval", "200ms")
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
@@ -405,7 +425,15 @@ func TestShipJoinThroughANameWithSeveralAddresses(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
 	joiner.p = p
 	joiner.awaitServing(t, "pod-3")
-	eventually(t, "pod-3 says all three addresses answered", func() bool { return strings.Contains(p.stderr.String(), "peers_answered=3") })
+	if later {
+		eventually(t, "pod-3 joins the one address the name has", func() bool { return strings.Contains(p.stderr.String(), "peers_answered=1") })
+		// In place (the bind mount holds this inode): the name now lists all three.
+		if err := os.WriteFile(hostsFile, []byte(hosts), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		eventually(t, "pod-3 says all three addresses answered", func() bool { return strings.Contains(p.stderr.String(), "peers_answered=3") })
+	}
 	for _, n := range append(peers, joiner) {
 		eventually(t, "every daemon sees four alive members", func() bool {
 			var v adminapi.MembersView
@@ -418,5 +446,8 @@ func TestShipJoinThroughANameWithSeveralAddresses(t *testing.T) {
 			}
 			return alive == 4
 		})
+	}
+	if later && !strings.Contains(p.stderr.String(), "joined peers found by resolving the join list again") {
+		t.Errorf("no log of the rejoin:\n%s", p.stderr.String())
 	}
 }

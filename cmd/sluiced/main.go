@@ -67,6 +67,7 @@ func app() *cli.App {
 			&cli.IntFlag{Name: "gossip-nodes", Value: gossip.DefaultGossipNodes, EnvVars: []string{"SLUICE_GOSSIP_NODES"}, Usage: "peers reached per round once the cluster outgrows --fanout-limit", Category: "cluster"},
 			&cli.IntFlag{Name: "fanout-limit", Value: gossip.DefaultFanoutLimit, EnvVars: []string{"SLUICE_FANOUT_LIMIT"}, Usage: "largest cluster in which consumption goes straight to every member", Category: "cluster"},
 			&cli.DurationFlag{Name: "push-pull-interval", Value: gossip.DefaultPushPullInterval, EnvVars: []string{"SLUICE_PUSH_PULL_INTERVAL"}, Usage: "how often full state is exchanged with a random peer (repairs losses)", Category: "cluster"},
+			&cli.DurationFlag{Name: "rejoin-interval", Value: gossip.DefaultRejoinInterval, EnvVars: []string{"SLUICE_REJOIN_INTERVAL"}, Usage: "how often the --join names are resolved again and peers not yet members are joined (a headless Service's name lists pods as they come)", Category: "cluster"},
 			&cli.StringFlag{Name: "gossip-key-file", EnvVars: []string{"SLUICE_GOSSIP_KEY_FILE"}, Usage: "file holding the base64 gossip key (16, 24 or 32 bytes), mode 0600: encrypt gossip; or set SLUICE_GOSSIP_KEY", Category: "cluster"},
 			// Refused: a key on the command line shows in ps. SLUICE_GOSSIP_KEY is read apart (see gossipKey).
 			&cli.StringFlag{Name: "gossip-key", Hidden: true, Category: "cluster"},
@@ -121,6 +122,7 @@ func run(c *cli.Context) error {
 		GossipNodes:      c.Int("gossip-nodes"),
 		FanoutLimit:      c.Int("fanout-limit"),
 		PushPullInterval: c.Duration("push-pull-interval"),
+		RejoinInterval:   c.Duration("rejoin-interval"),
 		KeyringFile:      c.String("gossip-keyring"),
 		Label:            c.String("cluster-label"),
 	}
