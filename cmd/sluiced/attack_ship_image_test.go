@@ -78,7 +78,7 @@ func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
 	tag := fmt.Sprintf("localhost/sluiced-imagetest:%d", os.Getpid())
 	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(bctx, tool, append(build[1:], "--build-arg", "TARGETARCH="+arch,
+	cmd := exec.CommandContext(bctx, tool, append(build[1:], "--layers=false", "--build-arg", "TARGETARCH="+arch,
 		"-f", filepath.Join("..", "..", "deploy", "container", "Containerfile.scratch"), "-t", tag, ctx)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		skipImage(t, fmt.Sprintf("%s cannot build here: %v\n%s", tool, err, out))
