@@ -8,11 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/sluicelabs/sluice/daemon/adminapi"
 )
@@ -449,5 +452,124 @@ func testJoinThroughAName(t *testing.T, later bool) {
 	}
 	if later && !strings.Contains(p.stderr.String(), "joined peers found by resolving the join list again") {
 		t.Errorf("no log of the rejoin:\n%s", p.stderr.String())
+	}
+}
+
+// The Kubernetes example's sidecar, as far as it runs without Kubernetes:
+// sluiced started with the exact arguments of deploy/kubernetes/deployment.yaml
+// (the downward-API variables filled in, the mount paths moved under a
+// temporary directory, the ports made free ones), as its uid with the pod's
+// fsGroup, on a directory made like the emptyDir, the ConfigMap's rules and a
+// key file made like the Secret's. It must serve: the probes' /readyz and
+// /healthz on the metrics address, and a check from the app's uid.
+func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the daemon and the app run as the pod's users")
+	}
+	const sidecarUID, appUID, fsGroup = 65532, 10001, 4242
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					InitContainers []struct{ Args []string } `yaml:"initContainers"`
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &dep); err != nil || len(dep.Spec.Template.Spec.InitContainers) != 1 {
+		t.Fatalf("deployment.yaml: %v", err)
+	}
+	cmData, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "configmap-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct{ Data map[string]string }
+	if err := yaml.Unmarshal(cmData, &cm); err != nil {
+		t.Fatal(err)
+	}
+
+	base := tempDir(t)
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mkdir := func(p string, mode os.FileMode, uid, gid int) {
+		t.Helper()
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, body string, mode os.FileMode, uid, gid int) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(base, "pod")
+	mkdir(filepath.Join(root, "run", "sluice"), 0o777|os.ModeSetgid, 0, fsGroup) // the emptyDir
+	mkdir(filepath.Join(root, "etc", "sluice", "rules"), 0o755, 0, fsGroup)      // the ConfigMap
+	write(filepath.Join(root, "etc", "sluice", "rules", "rules.yaml"), cm.Data["rules.yaml"], 0o644, 0, fsGroup)
+	mkdir(filepath.Join(root, "etc", "sluice", "gossip"), 0o755, 0, fsGroup) // the Secret
+	write(filepath.Join(root, "etc", "sluice", "gossip", "gossip.key"), secureKey+"\n", 0o440, 0, fsGroup)
+	daemonBin := copyExecutable(t, binary, base)
+
+	gossipPort, metrics, admin := freePort(t), "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	var args []string
+	for _, a := range dep.Spec.Template.Spec.InitContainers[0].Args {
+		a = strings.NewReplacer("$(POD_NAME)", "example-app-0", "$(POD_IP)", "127.0.0.1", "$(POD_NAMESPACE)", "default",
+			":7946", ":"+gossipPort, "0.0.0.0:9465", metrics, "127.0.0.1:9464", admin,
+			"/run/sluice", filepath.Join(root, "run", "sluice"), "/etc/sluice", filepath.Join(root, "etc", "sluice")).Replace(a)
+		args = append(args, a)
+	}
+	sock := filepath.Join(root, "run", "sluice", "sock", "sluiced.sock")
+	if !slices.Contains(args, "--socket="+sock) {
+		t.Fatalf("the sidecar's socket is not where the test expects it: %q", args)
+	}
+	cmd := exec.Command(daemonBin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sidecarUID, Gid: sidecarUID, Groups: []uint32{fsGroup}}}
+	cmd.Env = []string{}
+	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	eventually(t, "the sidecar's probes pass", func() bool {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("sluiced with the sidecar's arguments exited: %v\n%s", err, p.stderr.String())
+		default:
+		}
+		ready, _ := adminRequest(t, "GET", "http://"+metrics+"/readyz", "", nil, "")
+		live, _ := adminRequest(t, "GET", "http://"+metrics+"/healthz", "", nil, "")
+		return ready == 200 && live == 200
+	})
+	if !strings.Contains(p.stderr.String(), `"encrypted":true`) {
+		t.Errorf("the sidecar does not gossip encrypted with the Secret's key:\n%s", p.stderr.String())
+	}
+	// The app, as in the example: its uid, the fsGroup, SLUICE_SOCKET and SLUICE_DAEMON_UIDS.
+	_, cli := shipBinaries(t)
+	app := exec.Command(copyExecutable(t, cli, base), "check", "api", "user-1")
+	app.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: appUID, Gid: appUID, Groups: []uint32{fsGroup}}}
+	app.Env = []string{"SLUICE_SOCKET=" + sock, "SLUICE_DAEMON_UIDS=65532"}
+	if out, err := app.CombinedOutput(); err != nil {
+		t.Fatalf("the app's check: %v\n%s", err, out)
 	}
 }
