@@ -40,7 +40,7 @@ func (p *parser) routesFile(root *yaml.Node, r *ProxyRoutes) {
 		p.identity(n, &r.Identity)
 	}
 	if n := f["headers"]; n != nil {
-		r.Headers = p.strings(n, "headers")
+		r.Headers = p.stringList(n, "headers")
 		for i, h := range r.Headers {
 			if h != "legacy" && h != "draft" {
 				p.fail(n.Content[i], fmt.Sprintf("headers[%d]", i), "%q is not legacy or draft", h)
@@ -68,7 +68,7 @@ func (p *parser) identity(n *yaml.Node, id *ProxyIdentity) {
 		id.ClientIP = &b
 	}
 	if v := f["trusted_proxies"]; v != nil {
-		id.TrustedProxies = p.strings(v, "identity.trusted_proxies")
+		id.TrustedProxies = p.stringList(v, "identity.trusted_proxies")
 	}
 	id.ForwardedHeader = p.str(f["forwarded_header"], "identity.forwarded_header")
 	if h := id.ForwardedHeader; h != "" && !strings.EqualFold(h, "X-Forwarded-For") && !strings.EqualFold(h, "Forwarded") {
@@ -191,8 +191,8 @@ func (p *parser) str(n *yaml.Node, path string) string {
 	return n.Value
 }
 
-// strings reads a list of strings.
-func (p *parser) strings(n *yaml.Node, path string) []string {
+// stringList reads a list of strings.
+func (p *parser) stringList(n *yaml.Node, path string) []string {
 	if !p.sequence(n, path) {
 		return nil
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -77,12 +76,10 @@ func lint(stdout, stderr io.Writer, rulesPath, routesPath string) int {
 
 // fieldErrors are the *config.FieldError leaves of an error tree, in order.
 func fieldErrors(err error) []*config.FieldError {
-	var fe *config.FieldError
-	if errors.As(err, &fe) && err == error(fe) {
-		return []*config.FieldError{fe}
-	}
 	var out []*config.FieldError
 	switch u := err.(type) {
+	case *config.FieldError:
+		return []*config.FieldError{u}
 	case interface{ Unwrap() []error }:
 		for _, e := range u.Unwrap() {
 			out = append(out, fieldErrors(e)...)

@@ -7,11 +7,11 @@
 // metadata and the sluice_build_info metric all read Get.
 //
 // The values come from runtime/debug.ReadBuildInfo, which the go command
-// fills in when it builds from a VCS checkout with -buildvcs (the default
-// outside this repository's CI, where GOFLAGS=-buildvcs=false). Release
-// builds (scripts/release.sh) set them with the linker instead, so that a
-// build from a git worktree (which the go command does not stamp) or from
-// a source tarball still says what it is:
+// fills in when it builds from a git clone with -buildvcs=auto or true (not
+// when GOFLAGS holds -buildvcs=false, as on some build machines, and never
+// in a git worktree, which it does not recognise). Release builds
+// (scripts/release.sh) set them with the linker instead, so that a build
+// from a worktree or from a source tarball still says what it is:
 //
 //	-ldflags "-X github.com/sluicelabs/sluice/internal/buildinfo.version=v1.2.3
 //	          -X github.com/sluicelabs/sluice/internal/buildinfo.revision=<sha>
