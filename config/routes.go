@@ -1,17 +1,9 @@
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
-
-	"github.com/sluicelabs/sluice/internal/routecheck"
 )
 
 // ProxyRoutes is the routes file of the HTTP proxy (sluiced proxy): how to
@@ -92,119 +84,6 @@ func LoadProxyRoutes(path string) (*ProxyRoutes, error) {
 		return nil, fmt.Errorf("load routes: %w", err)
 	}
 	return ParseProxyRoutes(path, data)
-}
-
-// ParseProxyRoutes parses a routes file's contents.
-func ParseProxyRoutes(source string, data []byte) (*ProxyRoutes, error) {
-	var r ProxyRoutes
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&r); err != nil && !errors.Is(err, io.EOF) { // an empty file is no routes
-		return nil, fmt.Errorf("invalid routes %s: %w", source, err)
-	}
-	pos := limitPositions(data)
-	// at names a place in the file: "routes.yaml:7:9".
-	at := func(p filePos) string { return fmt.Sprintf("%s:%d:%d", source, max(p.line, 1), max(p.col, 1)) }
-	check := func(where string, limits []ProxyLimit, lp []limitPos) error {
-		for i, l := range limits {
-			var p limitPos
-			if i < len(lp) {
-				p = lp[i]
-			}
-			if err := routecheck.Rule(l.Rule); err != nil {
-				return fmt.Errorf("invalid routes %s: %s limit %d: %w", at(p.at), where, i, err)
-			}
-			if err := routecheck.Cost(l.Cost); err != nil {
-				return fmt.Errorf("invalid routes %s: %s limit %d: %w", at(p.cost), where, i, err)
-			}
-		}
-		return nil
-	}
-	if err := check("default", r.Default, pos.def); err != nil {
-		return nil, err
-	}
-	for i, rt := range r.Routes {
-		var rp filePos
-		var lp []limitPos
-		if i < len(pos.routes) {
-			rp, lp = pos.routeAt[i], pos.routes[i]
-		}
-		if rt.Match == "" {
-			return nil, fmt.Errorf("invalid routes %s: route %d: match is missing", at(rp), i)
-		}
-		if err := check("route "+rt.Match, rt.Limits, lp); err != nil {
-			return nil, err
-		}
-		if s := rt.Shape; s != nil {
-			if err := routecheck.Shape(s.MaxWait, s.MaxQueue); err != nil {
-				return nil, fmt.Errorf("invalid routes %s: route %s: %w", at(rp), rt.Match, err)
-			}
-		}
-		if e := rt.Elastic; e != nil {
-			if err := routecheck.Elastic(e.Extra, e.MaxP99, e.MaxErrorRate); err != nil {
-				return nil, fmt.Errorf("invalid routes %s: route %s: %w", at(rp), rt.Match, err)
-			}
-		}
-	}
-	for _, h := range r.Headers {
-		if h != "legacy" && h != "draft" {
-			return nil, fmt.Errorf("invalid routes %s: headers: %q is not legacy or draft", source, h)
-		}
-	}
-	if f := r.Identity.ForwardedHeader; f != "" && !strings.EqualFold(f, "X-Forwarded-For") && !strings.EqualFold(f, "Forwarded") {
-		return nil, fmt.Errorf("invalid routes %s: identity: forwarded_header %q is not X-Forwarded-For or Forwarded", source, f)
-	}
-	r.source, r.pos = source, pos
-	return &r, nil
-}
-
-// limitPositions finds where each limit is written in a routes file that
-// has already decoded without error.
-func limitPositions(data []byte) routesPos {
-	var pos routesPos
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return pos
-	}
-	limits := func(seq *yaml.Node) []limitPos {
-		if seq == nil || seq.Kind != yaml.SequenceNode {
-			return nil
-		}
-		out := make([]limitPos, len(seq.Content))
-		for i, n := range seq.Content {
-			at := filePos{n.Line, n.Column}
-			out[i] = limitPos{at: at, rule: at, cost: at}
-			if v := mapValue(n, "rule"); v != nil {
-				out[i].rule = filePos{v.Line, v.Column}
-			}
-			if v := mapValue(n, "cost"); v != nil {
-				out[i].cost = filePos{v.Line, v.Column}
-			}
-		}
-		return out
-	}
-	root := doc.Content[0]
-	pos.def = limits(mapValue(root, "default"))
-	if routes := mapValue(root, "routes"); routes != nil && routes.Kind == yaml.SequenceNode {
-		for _, rt := range routes.Content {
-			pos.routes = append(pos.routes, limits(mapValue(rt, "limits")))
-			pos.routeAt = append(pos.routeAt, filePos{rt.Line, rt.Column})
-		}
-	}
-	return pos
-}
-
-// mapValue returns the value of key in a mapping node, or nil.
-func mapValue(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // DefaultProxyRoutes are the routes of a proxy given no routes file: every

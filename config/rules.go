@@ -216,17 +216,7 @@ func (p *parser) fail(n *yaml.Node, field, format string, args ...any) {
 func (p *parser) parse(data []byte) *Rules {
 	rules := &Rules{ByName: map[string]*Rule{}}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		// yaml.v3 reports syntax errors as "yaml: line N: msg".
-		line, msg := 1, strings.TrimPrefix(err.Error(), "yaml: ")
-		if rest, ok := strings.CutPrefix(msg, "line "); ok {
-			if n, m, ok := strings.Cut(rest, ": "); ok {
-				if l, err := strconv.Atoi(n); err == nil {
-					line, msg = l, m
-				}
-			}
-		}
-		p.errs = append(p.errs, &FieldError{File: p.source, Line: line, Column: 1, Msg: "yaml syntax: " + msg})
+	if !p.document(data, &doc) {
 		return rules
 	}
 	if len(doc.Content) == 0 {
@@ -268,6 +258,26 @@ func (p *parser) parse(data []byte) *Rules {
 		}
 	})
 	return rules
+}
+
+// document parses data into doc, reporting a syntax error (false) with
+// its line.
+func (p *parser) document(data []byte, doc *yaml.Node) bool {
+	err := yaml.Unmarshal(data, doc)
+	if err == nil {
+		return true
+	}
+	// yaml.v3 reports syntax errors as "yaml: line N: msg".
+	line, msg := 1, strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, m, ok := strings.Cut(rest, ": "); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, msg = l, m
+			}
+		}
+	}
+	p.errs = append(p.errs, &FieldError{File: p.source, Line: line, Column: 1, Msg: "yaml syntax: " + msg})
+	return false
 }
 
 // fields walks a mapping node, rejecting non-mappings and duplicate keys.

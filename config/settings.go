@@ -23,6 +23,10 @@ type Settings struct {
 	// SocketMode is the socket file's permission bits. Default 0660: the
 	// daemon's user and group may connect, nobody else.
 	SocketMode fs.FileMode
+	// SocketSharedVolume says the socket directory's parent is a volume only
+	// one pod's containers mount (a Kubernetes emptyDir): it may be
+	// world-writable without the sticky bit (see ipc.ListenOptions).
+	SocketSharedVolume bool
 	// AllowUIDs and AllowGIDs, when either is non-empty, admit only clients
 	// whose uid is in AllowUIDs or whose primary gid is in AllowGIDs, as the
 	// kernel reports them (SO_PEERCRED; Linux only). Root is not implicitly
@@ -132,9 +136,12 @@ type ClusterSettings struct {
 	GossipNodes      int
 	FanoutLimit      int
 	PushPullInterval time.Duration
-	Key              []byte // 16, 24 or 32 bytes: encrypt gossip
-	KeyringFile      string // JSON list of base64 keys, the first one primary
-	Label            string // cluster label checked on every packet and stream; required with a key
+	// RejoinInterval is how often the Join names are resolved again to find
+	// peers that were not there before (0: gossip's default, 30s).
+	RejoinInterval time.Duration
+	Key            []byte // 16, 24 or 32 bytes: encrypt gossip
+	KeyringFile    string // JSON list of base64 keys, the first one primary
+	Label          string // cluster label checked on every packet and stream; required with a key
 	// Insecure lets a cluster that gossips beyond loopback (any Join, or a
 	// Bind that is not a loopback address) run without a key: every host
 	// that can reach it can then join, read and forge consumption. Without

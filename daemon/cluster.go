@@ -13,10 +13,12 @@ import (
 
 	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/gossip"
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 )
 
-// Version is reported to peers in node metadata.
-const Version = "0.1.0"
+// version is reported to peers in node metadata and in the members view:
+// the build's (internal/buildinfo is its one source).
+var version = buildinfo.Get().Version
 
 // ledger is the daemon's side of gossip: it maps rule names to namespaces and
 // limits, and reads the clock for every charge.
@@ -138,9 +140,10 @@ func (d *Daemon) newSyncer(extra func(*gossip.Config), census *gossip.CensusSink
 		GossipNodes:      c.GossipNodes,
 		FanoutLimit:      c.FanoutLimit,
 		PushPullInterval: c.PushPullInterval,
+		RejoinInterval:   c.RejoinInterval,
 		SecretKey:        c.Key,
 		Label:            c.Label,
-		Meta:             gossip.Meta{Version: Version, RulesHash: d.Rules().Hash},
+		Meta:             gossip.Meta{Version: version, RulesHash: d.Rules().Hash},
 		Logger:           d.log.Named("gossip"),
 		Census:           census,
 	}

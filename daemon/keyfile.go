@@ -18,7 +18,9 @@ const maxSecretFile = 64 << 10
 
 // readSecretFile reads a file holding gossip keys, refusing one that any
 // user but its owner may read or write (as ssh refuses an open private key):
-// a key others can read is not a secret. It refuses one owned by a user
+// a key others can read is not a secret. The one exception is a root-owned
+// file a non-root daemon reads through its group (see keygroup.go: a
+// Kubernetes Secret with an fsGroup). It refuses one owned by a user
 // other than the daemon's and root too (see checkSecretOwner). Mode and
 // owner are checked on the file opened, not on the path, so it cannot be
 // swapped between check and read.
@@ -32,7 +34,7 @@ func readSecretFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+	if perm := st.Mode().Perm(); perm&0o077 != 0 && !sharedWithDaemon(st) {
 		return nil, fmt.Errorf("%s has mode %04o, %w: run chmod 600 %s", path, perm, ErrKeyFileOpen, path)
 	}
 	if owner, ok := fileOwner(st); ok {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -91,7 +92,7 @@ func (d *Daemon) start(ctx context.Context, serve bool) (err error) {
 		// The socket first: what is wrong with it (a path too long, a
 		// directory that cannot be made, another daemon serving there) is
 		// reported whatever the state of the HTTP addresses.
-		l, err := ipc.Listen(d.settings.SocketPath, d.settings.SocketMode)
+		l, err := ipc.ListenWith(d.settings.SocketPath, d.settings.SocketMode, ipc.ListenOptions{SharedVolume: d.settings.SocketSharedVolume})
 		if err != nil {
 			return err
 		}
@@ -138,7 +139,8 @@ func (d *Daemon) start(ctx context.Context, serve bool) (err error) {
 	if serve {
 		rs := d.rules.Load()
 		d.log.Info("sluiced serving", "socket", d.settings.SocketPath, "node", d.settings.NodeName,
-			"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash)
+			"rules", rs.rules.Source, "rule_count", len(rs.byName), "rules_hash", rs.rules.Hash,
+			"version", version, "revision", buildinfo.Get().RevisionString(), "go", buildinfo.Get().GoVersion)
 		if d.syncer != nil {
 			d.log.Info("cluster gossip on", "addr", d.syncer.Addr(), "join", d.settings.Cluster.Join,
 				"encrypted", d.settings.Cluster.Encrypted())

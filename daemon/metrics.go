@@ -6,6 +6,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicelabs/sluice/gossip"
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 	"github.com/sluicelabs/sluice/ipc"
 )
 
@@ -69,6 +70,7 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "Calls clients configured to fail closed denied without a decision, as they report on reconnecting.",
 	})
 	m.reloadAt.SetToCurrentTime()
+	m.reg.MustRegister(buildInfoGauge())
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.decisions, m.reloads, m.reloadAt, m.fetchErrors, m.clockSteps, m.overshoot, m.latency, m.clientFailedOpen, m.clientFailedClosed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_active_keys", Help: "Buckets held in memory."},
@@ -89,6 +91,18 @@ func newMetrics(d *Daemon) *metrics {
 			func() float64 { _, _, refused := d.store.LogStats(); return float64(refused) }),
 	)
 	return m
+}
+
+// buildInfoGauge is sluice_build_info: always 1, labelled with the build
+// (the usual Prometheus idiom for joining the version onto other series).
+func buildInfoGauge() prometheus.Collector {
+	in := buildinfo.Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_build_info", Help: "Always 1; the labels say which build of sluiced is running (version, VCS revision with +dirty, Go version).",
+		ConstLabels: prometheus.Labels{"version": in.Version, "revision": in.RevisionString(), "goversion": in.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // registerGossip adds the cluster's series once the syncer exists.

@@ -138,7 +138,7 @@ func (d *Daemon) put(seq uint64, rules *config.Rules) error {
 	d.metrics.reloadAt.SetToCurrentTime()
 	d.lastReloadError.Store(nil)
 	if d.syncer != nil {
-		if err := d.syncer.SetMeta(gossip.Meta{Version: Version, RulesHash: rules.Hash}); err != nil {
+		if err := d.syncer.SetMeta(gossip.Meta{Version: version, RulesHash: rules.Hash}); err != nil {
 			d.log.Warn("advertising the new rules hash", "error", err)
 		}
 	}

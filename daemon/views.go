@@ -36,7 +36,7 @@ func (d *Daemon) MembersView() adminapi.MembersView {
 	hash := d.Rules().Hash
 	out := adminapi.MembersView{Self: d.settings.NodeName, RulesHash: hash, Clustered: d.syncer != nil}
 	if d.syncer == nil {
-		out.Members = []adminapi.MemberView{{Name: d.settings.NodeName, State: "alive", Version: Version, RulesHash: hash, Self: true}}
+		out.Members = []adminapi.MemberView{{Name: d.settings.NodeName, State: "alive", Version: version, RulesHash: hash, Self: true}}
 		return out
 	}
 	if c, ok := d.syncer.MemberStates(); ok {

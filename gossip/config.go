@@ -46,6 +46,10 @@ type Config struct {
 	// saw fail (memberlist never probes a dead node again, so a healed
 	// partition would otherwise stay split). Default 5s.
 	ReconnectInterval time.Duration
+	// RejoinInterval is how often the Join list is resolved again and any
+	// address in it that is not a member is joined (see rejoin.go).
+	// Default DefaultRejoinInterval.
+	RejoinInterval time.Duration
 	// PacketSize bounds a counters packet. Default 1300 bytes, which fits
 	// memberlist's UDP buffer with encryption and a label.
 	PacketSize int
@@ -133,6 +137,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ReconnectInterval <= 0 {
 		c.ReconnectInterval = 5 * time.Second
+	}
+	if c.RejoinInterval <= 0 {
+		c.RejoinInterval = DefaultRejoinInterval
 	}
 	if c.PacketSize <= 0 {
 		c.PacketSize = DefaultPacketSize

@@ -128,8 +128,9 @@ func (s *Syncer) Start() error {
 	go s.every(s.cfg.ReconnectInterval, s.reconnect)
 	go s.every(s.cfg.SeenTTL, s.pruneSeen)
 	if len(s.cfg.Join) > 0 {
-		s.wg.Add(1)
+		s.wg.Add(2)
 		go s.joinLoop()
+		go s.every(s.cfg.RejoinInterval, s.rejoin)
 	}
 	return nil
 }
@@ -157,6 +158,10 @@ func (s *Syncer) startMemberlist() error {
 		nt.Shutdown()
 		return fmt.Errorf("gossip: start memberlist: %w", err)
 	}
+	// memberlist's own node is rewritten under its lock by UpdateNode
+	// (SetMeta): read the address once, before anything can update it.
+	addr := ml.LocalNode().Address()
+	s.addr.Store(&addr)
 	s.ml.Store(ml)
 	nt.open() // only now does memberlist's member list hold this node
 	return nil
@@ -177,11 +182,10 @@ func (s *Syncer) list() *memberlist.Memberlist { return s.ml.Load() }
 
 // Addr is the address and port peers reach this node at; "" before Start.
 func (s *Syncer) Addr() string {
-	ml := s.list()
-	if ml == nil {
-		return ""
+	if a := s.addr.Load(); a != nil {
+		return *a
 	}
-	return ml.LocalNode().Address()
+	return ""
 }
 
 // Join joins the given peers now, returning how many answered.

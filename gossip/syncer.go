@@ -13,6 +13,7 @@ import (
 // Syncer is one daemon's membership in the cluster and its exchange of
 // consumption with the other members.
 type Syncer struct {
+	addr   atomic.Pointer[string] // the address peers reach this node at, set by Start
 	cfg    Config
 	ledger Ledger
 	log    hclog.Logger

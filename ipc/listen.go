@@ -33,6 +33,21 @@ const maxSocketPath = 107
 // file: the Server removes it on shutdown, and only if it is still its own.
 // A path too long for a socket address is refused before anything is made.
 func Listen(path string, mode fs.FileMode) (*net.UnixListener, error) {
+	return ListenWith(path, mode, ListenOptions{})
+}
+
+// ListenOptions adjust Listen.
+type ListenOptions struct {
+	// SharedVolume says the socket directory's parent is a volume only the
+	// containers of one pod mount (a Kubernetes emptyDir, which is
+	// world-writable and not sticky): it is accepted, and the socket
+	// directory made inside it must still be the daemon's own (see
+	// checkSocketDirIn).
+	SharedVolume bool
+}
+
+// ListenWith is Listen with options.
+func ListenWith(path string, mode fs.FileMode, o ListenOptions) (*net.UnixListener, error) {
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+strconv.Itoa(os.Getpid()))
 	if len(tmp) > maxSocketPath {
 		return nil, fmt.Errorf("listen %s: path too long: a Unix socket address holds %d bytes, and this path (with the temporary name it is created under) needs %d; choose a shorter --socket",
@@ -41,7 +56,7 @@ func Listen(path string, mode fs.FileMode) (*net.UnixListener, error) {
 	if err := makeSocketDir(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("listen %s: create directory: %w", path, err)
 	}
-	if err := checkSocketDir(filepath.Dir(path), os.Geteuid()); err != nil {
+	if err := checkSocketDirIn(filepath.Dir(path), os.Geteuid(), o.SharedVolume); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	if st, err := os.Lstat(path); err == nil {

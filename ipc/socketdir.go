@@ -40,7 +40,17 @@ func makeSocketDir(dir string) error {
 // name first); every ancestor must be owned by the user or root and, if
 // others may write to it, sticky (so they cannot rename the directory
 // away). uid is the daemon's effective uid. Symbolic links are resolved.
-func checkSocketDir(dir string, uid int) error {
+func checkSocketDir(dir string, uid int) error { return checkSocketDirIn(dir, uid, false) }
+
+// checkSocketDirIn is checkSocketDir; with sharedVolume, the socket
+// directory's parent (a volume only the containers of one pod mount, such
+// as a Kubernetes emptyDir: mode 0777, or 2777 with an fsGroup) may be
+// writable by others without the sticky bit. Only the containers that mount
+// the volume can write to it, and they are the socket's own clients, who
+// gain nothing by moving the daemon's directory away. The socket
+// directory itself must still be the daemon's (or root's) and writable by
+// no one else, so a directory another container made first is refused.
+func checkSocketDirIn(dir string, uid int, sharedVolume bool) error {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return fmt.Errorf("resolve socket directory %s: %w", dir, err)
@@ -49,6 +59,7 @@ func checkSocketDir(dir string, uid int) error {
 	if err != nil {
 		return fmt.Errorf("resolve socket directory %s: %w", dir, err)
 	}
+	volume := filepath.Dir(real)
 	for p, first := real, true; ; p, first = filepath.Dir(p), false {
 		st, err := os.Stat(p)
 		if err != nil {
@@ -70,9 +81,10 @@ func checkSocketDir(dir string, uid int) error {
 		case first && mode.Perm()&0o022 != 0:
 			return fmt.Errorf("%w: socket directory %s (mode %04o) is writable by users other than its owner, who could replace the socket; run chmod go-w %s, or choose another --socket",
 				ErrUnsafeSocketDir, p, mode.Perm(), p)
-		case !first && mode.Perm()&0o022 != 0 && mode&fs.ModeSticky == 0:
-			return fmt.Errorf("%w: ancestor of the socket directory %s (mode %04o) is writable by others and not sticky, so they could move the socket directory away; choose another --socket",
-				ErrUnsafeSocketDir, p, mode.Perm())
+		case !first && mode.Perm()&0o022 != 0 && mode&fs.ModeSticky == 0 && !(sharedVolume && p == volume):
+			return fmt.Errorf("%w: ancestor of the socket directory %s (mode %04o) is writable by others and not sticky, so they could move the socket directory away; choose another --socket "+
+				"(or, if %s is a volume only this pod's containers mount, such as a Kubernetes emptyDir, pass --socket-shared-volume)",
+				ErrUnsafeSocketDir, p, mode.Perm(), p)
 		}
 		if p == filepath.Dir(p) {
 			return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicelabs/sluice/daemon"
 	"github.com/sluicelabs/sluice/daemon/adminapi"
 	"github.com/sluicelabs/sluice/daemon/daemontest"
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 )
 
 // testRules has a rule with an override, a shadow rule and a soft rule.
@@ -118,7 +119,7 @@ func TestMembersAndRules(t *testing.T) {
 	}{
 		{"members", []string{"members"}, exitOK, func(t *testing.T, out string) {
 			f := row(out, n.d.MembersView().Self)
-			if want := []string{"(self)", self, "alive", daemon.Version, hash[:8], "-", "PLAINTEXT"}; !slices.Equal(f[1:], want) {
+			if want := []string{"(self)", self, "alive", buildinfo.Get().Version, hash[:8], "-", "PLAINTEXT"}; !slices.Equal(f[1:], want) {
 				t.Errorf("self row %q, want %q (no DRIFT)", f, want)
 			}
 			if !strings.Contains(out, "no rules drift: every alive member (1) runs rules "+hash[:8]) {

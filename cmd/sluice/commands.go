@@ -47,6 +47,8 @@ func commands() []*cli.Command {
 		}, reload),
 		watchCommand(),
 		resetCommand(),
+		versionCommand(),
+		lintCommand(),
 	}
 }
 

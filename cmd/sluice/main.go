@@ -34,6 +34,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 )
 
 // Exit codes, shared by every command.
@@ -63,6 +65,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		Name:           "sluice",
 		Usage:          "talk to the local sluiced daemon",
 		Description:    "Exit codes: 0 done, 1 refused (check: throttled; reload: new rules refused), 2 error, 3 rules drift (members).",
+		Version:        buildinfo.Get().String(), // --version, as `sluice version`
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		Commands:       commands(),

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicelabs/sluice/daemon"
 	"github.com/sluicelabs/sluice/daemon/httpapi"
 	"github.com/sluicelabs/sluice/gossip"
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 	"github.com/sluicelabs/sluice/proxy"
 )
 
@@ -29,11 +30,13 @@ func main() {
 func app() *cli.App {
 	def := config.DefaultSettings()
 	return &cli.App{
-		Name:  "sluiced",
-		Usage: "the Sluice rate-limit daemon",
+		Name:    "sluiced",
+		Usage:   "the Sluice rate-limit daemon",
+		Version: buildinfo.Get().String(), // --version (-v) prints it and exits
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: def.SocketPath, EnvVars: []string{"SLUICE_SOCKET"}, Usage: "Unix socket to serve"},
 			&cli.StringFlag{Name: "socket-mode", Value: fmt.Sprintf("%04o", def.SocketMode), EnvVars: []string{"SLUICE_SOCKET_MODE"}, Usage: "socket file permissions (octal)"},
+			&cli.BoolFlag{Name: "socket-shared-volume", EnvVars: []string{"SLUICE_SOCKET_SHARED_VOLUME"}, Usage: "the socket directory's parent is a volume only this pod's containers mount (a Kubernetes emptyDir, world-writable): accept it; the socket directory inside it is still made private"},
 			&cli.StringSliceFlag{Name: "allow-uid", EnvVars: []string{"SLUICE_ALLOW_UIDS"}, Usage: "serve only clients running as these users (uids or names; comma-separated or repeated), checked with SO_PEERCRED; root is not implied"},
 			&cli.StringSliceFlag{Name: "allow-gid", EnvVars: []string{"SLUICE_ALLOW_GIDS"}, Usage: "serve only clients whose primary group is one of these (gids or names); with --allow-uid, either list admits"},
 			&cli.StringFlag{Name: "rules", EnvVars: []string{"SLUICE_RULES"}, Usage: "rules file (YAML); default: the embedded rules"},
@@ -69,6 +72,7 @@ func app() *cli.App {
 			&cli.IntFlag{Name: "gossip-nodes", Value: gossip.DefaultGossipNodes, EnvVars: []string{"SLUICE_GOSSIP_NODES"}, Usage: "peers reached per round once the cluster outgrows --fanout-limit", Category: "cluster"},
 			&cli.IntFlag{Name: "fanout-limit", Value: gossip.DefaultFanoutLimit, EnvVars: []string{"SLUICE_FANOUT_LIMIT"}, Usage: "largest cluster in which consumption goes straight to every member", Category: "cluster"},
 			&cli.DurationFlag{Name: "push-pull-interval", Value: gossip.DefaultPushPullInterval, EnvVars: []string{"SLUICE_PUSH_PULL_INTERVAL"}, Usage: "how often full state is exchanged with a random peer (repairs losses)", Category: "cluster"},
+			&cli.DurationFlag{Name: "rejoin-interval", Value: gossip.DefaultRejoinInterval, EnvVars: []string{"SLUICE_REJOIN_INTERVAL"}, Usage: "how often the --join names are resolved again and peers not yet members are joined (a headless Service's name lists pods as they come)", Category: "cluster"},
 			&cli.StringFlag{Name: "gossip-key-file", EnvVars: []string{"SLUICE_GOSSIP_KEY_FILE"}, Usage: "file holding the base64 gossip key (16, 24 or 32 bytes), mode 0600: encrypt gossip; or set SLUICE_GOSSIP_KEY", Category: "cluster"},
 			// Refused: a key on the command line shows in ps. SLUICE_GOSSIP_KEY is read apart (see gossipKey).
 			&cli.StringFlag{Name: "gossip-key", Hidden: true, Category: "cluster"},
@@ -91,6 +95,7 @@ func app() *cli.App {
 func run(c *cli.Context) error {
 	s := config.DefaultSettings()
 	s.SocketPath = c.String("socket")
+	s.SocketSharedVolume = c.Bool("socket-shared-volume")
 	if _, err := fmt.Sscanf(c.String("socket-mode"), "%o", &s.SocketMode); err != nil {
 		return fmt.Errorf("--socket-mode %q: want octal permissions such as 0660", c.String("socket-mode"))
 	}
@@ -133,6 +138,7 @@ func run(c *cli.Context) error {
 		GossipNodes:      c.Int("gossip-nodes"),
 		FanoutLimit:      c.Int("fanout-limit"),
 		PushPullInterval: c.Duration("push-pull-interval"),
+		RejoinInterval:   c.Duration("rejoin-interval"),
 		KeyringFile:      c.String("gossip-keyring"),
 		Label:            c.String("cluster-label"),
 	}

@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	// Leaves: the standard library and, for the codec, msgpack's codes.
 	"bucket":               {},
 	"internal/backoff":     {},
+	"internal/buildinfo":   {},
 	"internal/routecheck":  {},
 	"internal/msgpackwire": {"github.com/vmihailenco/msgpack/v5/msgpcode"},
 	"internal/localsocket": {},
@@ -39,7 +40,7 @@ var allowed = map[string][]string{
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog", "github.com/hashicorp/go-metrics",
 		"github.com/hashicorp/go-msgpack/v2", "github.com/hashicorp/go-sockaddr"},
 	// The composition root.
-	"daemon": {"bucket", "config", "ipc", "clientlib", "gossip", "daemon/adminapi", "internal/backoff",
+	"daemon": {"bucket", "config", "ipc", "clientlib", "gossip", "daemon/adminapi", "internal/backoff", "internal/buildinfo",
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang",
 		"github.com/prometheus/client_model", "github.com/fsnotify/fsnotify", "golang.org/x/sys"},
 	"daemon/daemontest": {"daemon", "config"},
@@ -66,9 +67,9 @@ var allowed = map[string][]string{
 	"testcluster": {"daemon", "clientlib", "config", "gossip", "bucket",
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog"},
 	// Thin commands: flags, then a library call.
-	"cmd/sluiced": {"daemon", "daemon/envoyrls", "daemon/httpapi", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc",
+	"cmd/sluiced": {"daemon", "daemon/envoyrls", "daemon/httpapi", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc", "internal/buildinfo",
 		"github.com/urfave/cli/v2", "github.com/hashicorp/go-metrics", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
-	"cmd/sluice":      {"clientlib", "daemon/adminapi", "ipc", "github.com/urfave/cli/v2"},
+	"cmd/sluice":      {"clientlib", "daemon/adminapi", "ipc", "config", "internal/buildinfo", "github.com/urfave/cli/v2"},
 	"internal/layers": {},
 }
 
