@@ -595,9 +595,11 @@ func netnsCrashStreams(t *testing.T, c *netnsCluster) {
 				n.assertUp(t, fmt.Sprintf("after %s (%d bytes)", p.name, len(b)))
 			}
 		}
-		if got := netnsStreamsRefused(t, n) - refusedBefore; got < float64(2*len(payloads)) {
-			t.Errorf("%s refused %v of the %d streams", n.name, got, 2*len(payloads))
-		}
+		// A refusal is counted when the guard has read and judged the
+		// stream, which may be just after the attacker's write returned.
+		eventually(t, fmt.Sprintf("%s refused all %d streams", n.name, 2*len(payloads)), func() bool {
+			return netnsStreamsRefused(t, n)-refusedBefore >= float64(2*len(payloads))
+		})
 	}
 	t.Logf("n1: %s", grepLines(c.nodes[0].metrics(t), "sluice_gossip_streams_refused"))
 	c.assertUp(t, "after the crash streams", before, transportMemoryBoundMiB)
@@ -840,10 +842,13 @@ func netnsDropped(t *testing.T, h *netnstest.Host) int64 {
 // netnsDrive offers perNode requests a second for d on each node (paced,
 // bounded in count and time) for one key, and returns how many were
 // admitted cluster-wide, as testcluster's drive does.
-func netnsDrive(c *netnsCluster, rule, key string, perNode []int, d time.Duration) int {
+//
+// It returns how many calls were admitted and how many were made: on a
+// loaded machine the callers may offer less than asked, and a check of
+// what was admitted must not blame the limiter for calls never made.
+func netnsDrive(c *netnsCluster, rule, key string, perNode []int, d time.Duration) (admitted, offered int) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	total := 0
 	deadline := time.Now().Add(d)
 	for i, rate := range perNode {
 		if rate == 0 {
@@ -854,20 +859,21 @@ func netnsDrive(c *netnsCluster, rule, key string, perNode []int, d time.Duratio
 			defer wg.Done()
 			tick := time.NewTicker(time.Second / time.Duration(rate))
 			defer tick.Stop()
-			n := 0
-			for sent := 0; sent < rate*int(d/time.Second+1) && time.Now().Before(deadline); sent++ {
+			n, sent := 0, 0
+			for ; sent < rate*int(d/time.Second+1) && time.Now().Before(deadline); sent++ {
 				<-tick.C
 				if dec := c.nodes[i].c.Allow(context.Background(), rule, key); dec.Allowed && !dec.FailedOpen {
 					n++
 				}
 			}
 			mu.Lock()
-			total += n
+			admitted += n
+			offered += sent
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return total
+	return admitted, offered
 }
 
 // With 10% of every packet into each member's eth0 dropped (iptables
@@ -886,9 +892,9 @@ func TestNetnsLossKeepsTheClusterLimit(t *testing.T) {
 	}
 	const secs = 6
 	start := time.Now()
-	got := netnsDrive(c, "api", "hot-key", []int{350, 100, 50}, secs*time.Second)
+	got, offered := netnsDrive(c, "api", "hot-key", []int{350, 100, 50}, secs*time.Second)
 	elapsed := time.Since(start).Seconds()
-	want := 100 + 100*elapsed
+	want := min(100+100*elapsed, float64(offered)) // a starved caller offers less
 	var dropped []int64
 	for _, n := range c.nodes {
 		dropped = append(dropped, netnsDropped(t, n.host))
@@ -989,23 +995,30 @@ func TestNetnsPartitionThenCrash(t *testing.T) {
 	})
 	t.Logf("the sides declared each other dead %s after the split", time.Since(split).Round(time.Millisecond))
 	const secs = 3
-	var majority, minority int
+	var majority, minority, majOffered, minOffered int
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		majority = netnsDrive(c, "api", "split-key", []int{200, 200, 0}, secs*time.Second)
+		majority, majOffered = netnsDrive(c, "api", "split-key", []int{200, 200, 0}, secs*time.Second)
 	}()
 	go func() {
 		defer wg.Done()
-		minority = netnsDrive(c, "api", "split-key", []int{0, 0, 300}, secs*time.Second)
+		minority, minOffered = netnsDrive(c, "api", "split-key", []int{0, 0, 300}, secs*time.Second)
 	}()
 	wg.Wait()
 	limit := 100 + 100*secs
-	t.Logf("during the partition: majority admitted %d, minority %d (limit per side %d)", majority, minority, limit)
-	for side, got := range map[string]int{"majority": majority, "minority": minority} {
-		if float64(got) < 0.9*float64(limit) || float64(got) > 1.15*float64(limit) {
-			t.Errorf("%s side admitted %d, want about the limit %d on its own", side, got, limit)
+	t.Logf("during the partition: majority admitted %d of %d, minority %d of %d (limit per side %d)", majority, majOffered, minority, minOffered, limit)
+	for _, side := range []struct {
+		name              string
+		admitted, offered int
+	}{{"majority", majority, majOffered}, {"minority", minority, minOffered}} {
+		// Each side alone enforces the limit: never much more, and not
+		// less than the limit (or than what its callers, starved on a
+		// loaded machine, managed to offer).
+		want := min(limit, side.offered)
+		if float64(side.admitted) < 0.9*float64(want) || float64(side.admitted) > 1.15*float64(limit) {
+			t.Errorf("%s side admitted %d of %d offered, want about the limit %d on its own", side.name, side.admitted, side.offered, limit)
 		}
 	}
 	for _, n := range c.nodes {
