@@ -917,11 +917,13 @@ func TestNetnsLossKeepsTheClusterLimit(t *testing.T) {
 func netnsWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting until %s", d, what)
 		}
-		time.Sleep(20 * time.Millisecond) // polling period
+		<-poll.C
 	}
 }
 

@@ -269,11 +269,13 @@ func streamsStranger(t *testing.T, addr string, n int, sources []string) (stop f
 func streamsWithin(t *testing.T, bound time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
 	for !cond() {
 		if time.Since(start) > bound {
 			t.Fatalf("%s: not within %s", what, bound)
 		}
-		time.Sleep(20 * time.Millisecond)
+		<-poll.C
 	}
 	return time.Since(start)
 }

@@ -17,11 +17,13 @@ func TestHandleSignals(t *testing.T) {
 	await := func(what string, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(15 * time.Second)
+		poll := time.NewTicker(5 * time.Millisecond)
+		defer poll.Stop()
 		for !ok() {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: not within 15 s", what)
 			}
-			time.Sleep(5 * time.Millisecond)
+			<-poll.C
 		}
 	}
 	for want := int32(1); want <= 2; want++ {
