@@ -55,6 +55,7 @@ type transport struct {
 	label     string
 	encrypted bool // memberlist accepts encrypted messages only
 	guard     *streamGuard
+	senders   *senderGuard // nil: senders are not checked
 	stats     *TransportStats // the syncer's, so they outlive a failed start
 	drops     *dropLog
 
@@ -275,6 +276,7 @@ func (t *transport) readPackets() {
 	buf := make([]byte, maxDatagram)
 	for {
 		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		now := time.Now()
 		if err != nil {
 			if t.closing.Load() {
@@ -294,9 +296,15 @@ func (t *transport) readPackets() {
 			t.drops.drop("refused a gossip packet: "+reason, from, nil)
 			continue
 		}
+		if t.senders != nil {
+			if r := t.senders.check(buf[:n], from); r.reason != "" {
+				t.refuseSender(r, from)
+				continue
+			}
+		}
 		p := &memberlist.Packet{
 			Buf:       append(make([]byte, 0, n), buf[:n]...),
-			From:      net.UDPAddrFromAddrPort(netip.AddrPortFrom(from.Addr().Unmap(), from.Port())),
+			From:      net.UDPAddrFromAddrPort(from),
 			Timestamp: now,
 		}
 		select {
@@ -384,4 +392,18 @@ func (t *transport) screenStream(conn *net.TCPConn, sl slot) {
 	case <-t.stop:
 		gc.Close()
 	}
+}
+
+// refuseSender counts and logs a packet the sender guard refused.
+func (t *transport) refuseSender(r senderRefusal, from netip.AddrPort) {
+	t.stats.countPacket(r.reason)
+	var err error
+	if r.reason == PacketRefusedSender {
+		owner := "no member"
+		if o := t.senders.book().owner(from); o != "" {
+			owner = fmt.Sprintf("member %.64q", o)
+		}
+		err = fmt.Errorf("it claims to be from %.64q; that address is %s's", r.claimed, owner)
+	}
+	t.drops.drop("refused a gossip packet: "+r.reason, from, err)
 }
