@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
@@ -55,7 +56,7 @@ type transport struct {
 	label     string
 	encrypted bool // memberlist accepts encrypted messages only
 	guard     *streamGuard
-	senders   *senderGuard // nil: senders are not checked
+	senders   *senderGuard    // nil: senders are not checked
 	stats     *TransportStats // the syncer's, so they outlive a failed start
 	drops     *dropLog
 
@@ -66,6 +67,10 @@ type transport struct {
 	screenMu  sync.Mutex
 	screening map[net.Conn]struct{}
 	handed    map[net.Conn]struct{}
+
+	// srcOOB asks the kernel to send from the advertised address (see
+	// sourceaddr.go); nil: the socket's own address is the source.
+	srcOOB atomic.Pointer[[]byte]
 
 	closing atomic.Bool
 	stop    chan struct{}
@@ -195,6 +200,7 @@ func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error)
 		if err != nil {
 			return nil, 0, fmt.Errorf("advertise address %q: %w", ip, err)
 		}
+		t.setSource(a.Unmap())
 		return net.IP(a.Unmap().AsSlice()), port, nil
 	}
 	if !t.bind.IsUnspecified() {
@@ -208,6 +214,7 @@ func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error)
 	if err != nil {
 		return nil, 0, errors.New("no private IP to advertise: set an advertise address")
 	}
+	t.setSource(a.Unmap())
 	return net.IP(a.Unmap().AsSlice()), t.port, nil
 }
 
@@ -221,8 +228,28 @@ func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
 		}
 		ap = ua.AddrPort()
 	}
-	_, err = t.udp.WriteToUDPAddrPort(b, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	dst := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	if oob := t.srcOOB.Load(); oob != nil {
+		_, _, err = t.udp.WriteMsgUDPAddrPort(b, *oob, dst)
+		if !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return time.Now(), err
+		}
+		// Not this host's address (a NAT's): send from the socket's.
+		t.srcOOB.CompareAndSwap(oob, nil)
+		t.log.Printf("[WARN] gossip: cannot send from the advertised address (%v): packets leave from the address the route picks; peers refuse their counters unless a NAT translates them to the advertised address", err)
+	}
+	_, err = t.udp.WriteToUDPAddrPort(b, dst)
 	return time.Now(), err
+}
+
+// setSource makes packets leave from adv, the address advertised, if the
+// transport is bound to every interface.
+func (t *transport) setSource(adv netip.Addr) {
+	if oob := sourceOOB(t.bind, adv); oob != nil {
+		t.srcOOB.Store(&oob)
+	} else {
+		t.srcOOB.Store(nil)
+	}
 }
 
 // WriteToAddress is WriteTo; the node's name is not needed.
