@@ -51,14 +51,20 @@ var sendersForgeries = []sendersForgery{
 	// In the rogue's own name, about the other honest member's counter.
 	{"of-a-members-origin", func(other string) [][2]string { return [][2]string{{"rogue", other}} }},
 	// In five made-up names.
-	{"in-made-up-names", func(string) [][2]string {
-		var p [][2]string
-		for i := range 5 {
-			n := fmt.Sprintf("ghost-%d", i)
-			p = append(p, [2]string{n, n})
-		}
-		return p
+	{"in-made-up-names", func(string) [][2]string { return sendersGhosts() }},
+	// All of it on one key.
+	{"all-of-it", func(other string) [][2]string {
+		return append([][2]string{{other, other}, {"rogue", other}}, sendersGhosts()...)
 	}},
+}
+
+func sendersGhosts() [][2]string {
+	var p [][2]string
+	for i := range 5 {
+		n := fmt.Sprintf("ghost-%d", i)
+		p = append(p, [2]string{n, n})
+	}
+	return p
 }
 
 // A keyed member of a real two-daemon cluster (a bare memberlist node in
