@@ -1,8 +1,13 @@
 package main
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +210,91 @@ func TestSendersAdvertisedAddressStillCounts(t *testing.T) {
 		if s := ipcMetric(t, n.admin, `sluice_gossip_packets_refused_total{reason="sender"}`); s != 0 {
 			t.Errorf("honest packets refused for their sender: %v\n%s", s, grepLines(n.p.stderr.String(), "refused"))
 		}
+	}
+}
+
+// sendersSealV0 encrypts msg as memberlist's encryption version 0 (a
+// version byte, a 12-byte nonce, AES-GCM with ad as additional data, the
+// plaintext PKCS#7-padded), but with a pad byte of 200: longer than the
+// message, which memberlist's unpadding does not check.
+func sendersSealV0(t *testing.T, msg, ad []byte) []byte {
+	t.Helper()
+	key, _ := base64.StdEncoding.DecodeString(secureKey)
+	blk, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcm, _ := cipher.NewGCM(blk)
+	nonce := make([]byte, 12)
+	rand.Read(nonce)
+	for len(msg)%aes.BlockSize != 0 || len(msg) == 0 {
+		msg = append(msg, 200)
+	}
+	msg[len(msg)-1] = 200
+	return gcm.Seal(append([]byte{0}, nonce...), nonce, msg, ad)
+}
+
+// A keyed peer's packet or stream in memberlist's encryption version 0
+// whose pad is longer than the message: memberlist slices out of range and
+// panics, which ended the daemon. Now the packet guard checks the pad after
+// decrypting (refused as malformed) and the stream guard refuses version 0
+// (Sluice writes version 1); the daemon stays up and still counts.
+func TestSendersBadPaddingCannotCrashTheDaemon(t *testing.T) {
+	for _, path := range []string{"packet", "stream"} {
+		t.Run(path, func(t *testing.T) {
+			dir := tempDir(t)
+			key := secureKeyFile(t, dir, secureKey)
+			port := freePort(t)
+			a := secureNode(t, dir, "a", sendersRules, nil, "--bind", "127.0.0.1:"+port, "--gossip-key-file", key)
+			label := []byte(gossip.DefaultLabel)
+			var metric string
+			switch path {
+			case "packet":
+				p := append([]byte{244, byte(len(label))}, label...)
+				p = append(p, sendersSealV0(t, []byte{8, 0x90}, label)...)
+				conn, err := net.Dial("udp", "127.0.0.1:"+port)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := conn.Write(p); err != nil {
+					t.Fatal(err)
+				}
+				metric = `sluice_gossip_packets_refused_total{reason="malformed"}`
+			case "stream":
+				frame := sendersSealV0(t, []byte{8, 0x90}, nil)
+				head := []byte{10, byte(len(frame) >> 24), byte(len(frame) >> 16), byte(len(frame) >> 8), byte(len(frame))} // encryptMsg, length
+				frame = sendersSealV0(t, []byte{8, 0x90}, append(append([]byte(nil), head...), label...))
+				s := append([]byte{244, byte(len(label))}, label...)
+				s = append(append(s, head...), frame...)
+				conn, err := net.Dial("tcp", "127.0.0.1:"+port)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := conn.Write(s); err != nil {
+					t.Fatal(err)
+				}
+				metric = `sluice_gossip_streams_refused_total{reason="header"}`
+			}
+			eventually(t, "the daemon refuses it, or exits", func() bool {
+				if resp, err := http.Get("http://" + a.admin + "/metrics"); err != nil {
+					select {
+					case err := <-a.p.exited:
+						a.p.exited <- err // for the cleanup
+						t.Fatalf("the daemon exited: %v\n%s", err, grepLines(a.p.stderr.String(), "panic|security.go|goroutine "))
+					case <-time.After(5 * time.Second):
+						t.Fatalf("scrape: %v", err)
+					}
+				} else {
+					resp.Body.Close()
+				}
+				return ipcMetric(t, a.admin, metric) >= 1
+			})
+			if got := a.spend("r", "after", 3); got != 3 {
+				t.Fatalf("the daemon admitted %d of 3 after the attack", got)
+			}
+			t.Logf("refused, counted in %s; the daemon is up", metric)
+		})
 	}
 }
