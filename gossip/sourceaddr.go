@@ -16,7 +16,9 @@ import (
 // for the advertised address as each packet's source (IP_PKTINFO,
 // IPV6_PKTINFO). If the kernel refuses (the advertised address is not this
 // host's: a NAT's public address), packets leave as before, and the NAT
-// must translate them to the advertised address.
+// must translate them to the advertised address. Streams this node opens
+// are bound to the advertised address likewise, so that peers give them
+// the slots kept for members (streamslots.go).
 
 // sourceOOB returns the control message that makes a packet leave from
 // adv, or nil when the socket's own address already is its source.

@@ -29,8 +29,10 @@ import (
 //
 // It also screens what it receives before memberlist sees it: each inbound
 // stream through a streamGuard (streamguard.go), each packet through
-// checkPacket (packetguard.go). What it refuses is counted in stats and
-// logged at most once per cause per interval.
+// checkPacket (packetguard.go) and the senderGuard (senderguard.go: a
+// counters packet's sender must be the member at its source address). What
+// it refuses is counted in stats and logged at most once per cause per
+// interval.
 type transport struct {
 	udp  *net.UDPConn
 	tcp  *net.TCPListener
@@ -71,6 +73,9 @@ type transport struct {
 	// srcOOB asks the kernel to send from the advertised address (see
 	// sourceaddr.go); nil: the socket's own address is the source.
 	srcOOB atomic.Pointer[[]byte]
+	// streamSrc is the address streams this node opens leave from, so
+	// that peers count them as a member's (streamslots.go); nil: the route's.
+	streamSrc atomic.Pointer[netip.Addr]
 
 	closing atomic.Bool
 	stop    chan struct{}
@@ -247,8 +252,10 @@ func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
 func (t *transport) setSource(adv netip.Addr) {
 	if oob := sourceOOB(t.bind, adv); oob != nil {
 		t.srcOOB.Store(&oob)
+		t.streamSrc.Store(&adv)
 	} else {
 		t.srcOOB.Store(nil)
+		t.streamSrc.Store(nil)
 	}
 }
 
@@ -262,7 +269,15 @@ func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 // DialTimeout opens a stream to addr. Its reply is screened before
 // memberlist reads it (see replyguard.go).
 func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	d := net.Dialer{Timeout: timeout}
+	if src := t.streamSrc.Load(); src != nil { // from the advertised address, as packets (sourceaddr.go)
+		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+	}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil && d.LocalAddr != nil && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EINVAL)) {
+		t.streamSrc.Store(nil) // not this host's address (a NAT's)
+		conn, err = net.DialTimeout("tcp", addr, timeout)
+	}
 	if err != nil {
 		return nil, err
 	}
