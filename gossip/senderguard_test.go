@@ -299,3 +299,53 @@ func TestForgedSendersAreRefusedBetweenSyncers(t *testing.T) {
 		})
 	}
 }
+
+// Any packet: the guard never panics, and a counters message in a shape
+// memberlist would hand the delegate (plain, compound, encrypted) is let
+// through only if its sender may send from the source address.
+func FuzzSenderGuard(f *testing.F) {
+	w := newPacketWriter("a", 1<<16)
+	w.add("a", Counter{Rule: "r", Key: "k", Epoch: 1, Used: 3})
+	f.Add(first(w.packets()), byte(0), false)
+	w = newPacketWriter("b", 1<<16)
+	w.add("b", Counter{Rule: "r", Key: "k", Epoch: 1, Used: 3})
+	f.Add(first(w.packets()), byte(3), true)
+	f.Add([]byte{mlCompound, 2, 0, 1, 0, 200}, byte(1), false)
+	f.Fuzz(func(t *testing.T, body []byte, shape byte, fromB bool) {
+		src := senderA
+		if fromB {
+			src = senderB
+		}
+		for _, enc := range []bool{false, true} {
+			g := &senderGuard{label: []byte("test"), encryption: enc, verify: enc, keys: testKeys, book: fixedBook, vouch: newVouches()}
+			g.check(body, src) // raw bytes: no panic
+			var msg []byte
+			switch shape % 4 {
+			case 0:
+				msg = userMsg(body)
+			case 1:
+				msg = compound([]byte{mlPing}, userMsg(body))
+			case 2:
+				msg = withCRC(compound(compound(userMsg(body))))
+			default:
+				msg = compound(userMsg(body), userMsg(body))
+			}
+			if len(body) > 0xffff-8 {
+				return
+			}
+			p := msg
+			if enc {
+				p = sealTest(t, 1, msg, "test", 0)
+			}
+			p = labelled(p, "test")
+			r := g.check(p, src)
+			sender, err := decodeCounters(body, func(string, Counter) {})
+			if err == nil && r.reason == "" && !theBook.allows(src, []byte(sender)) {
+				t.Fatalf("counters from %q let through from %v", sender, src)
+			}
+			if r.reason == "" && err == nil && !g.vouch.take(body) {
+				t.Fatalf("counters from %q let through but not vouched for", sender)
+			}
+		}
+	})
+}
