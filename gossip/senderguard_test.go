@@ -349,3 +349,28 @@ func FuzzSenderGuard(f *testing.F) {
 		}
 	})
 }
+
+// A node whose cluster shrank to direct fan-out drops the relayed counters
+// still pending, rather than send them to receivers that now take each
+// sender's own counters only; its own are sent.
+func TestDirectFanOutSendsOnlyOwnCounters(t *testing.T) {
+	s, err := New(Config{NodeName: "me", BindAddr: "127.0.0.1"}, newMemLedger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queueLocked("me", Counter{Rule: "r", Key: "k", Epoch: 1, Used: 2}, 3)
+	s.relayLocked("peer", Counter{Rule: "r", Key: "k", Epoch: 1, Used: 5}, 3)
+	packets, counts := s.packPendingLocked(true)
+	if len(packets) != 1 || counts[0] != 1 {
+		t.Fatalf("%d packets, counts %v: want 1 packet of 1 counter", len(packets), counts)
+	}
+	var origins []string
+	if _, err := decodeCounters(packets[0], func(o string, _ Counter) { origins = append(origins, o) }); err != nil || len(origins) != 1 || origins[0] != "me" {
+		t.Fatalf("sent origins %v (%v), want only me", origins, err)
+	}
+	if len(s.relay.byOrigin) != 0 {
+		t.Fatalf("relay shares left: %v", s.relay.byOrigin)
+	}
+}

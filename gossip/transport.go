@@ -339,7 +339,8 @@ func (t *transport) readPackets() {
 			continue
 		}
 		if t.senders != nil {
-			if r := t.senders.check(buf[:n], from); r.reason != "" {
+			// Members are listed without zones (memberlist's Node.Addr).
+			if r := t.senders.check(buf[:n], netip.AddrPortFrom(from.Addr().WithZone(""), from.Port())); r.reason != "" {
 				t.refuseSender(r, from)
 				continue
 			}
