@@ -38,6 +38,7 @@ func (s *Syncer) receive(b []byte) {
 	var charges []charge
 	n := int(max(1, s.members.Load()))
 	relay := n > s.cfg.FanoutLimit
+	ownOnly := directOnly(n, s.cfg.FanoutLimit)
 	foreign := 0 // counters of other origins refused (direct fan-out)
 	transmits := retransmits(n)
 	bounded, _ := s.ledger.(BoundedLedger)
@@ -57,7 +58,7 @@ func (s *Syncer) receive(b []byte) {
 		if origin == s.self || s.staleLocked(c) {
 			return
 		}
-		if !relay && origin != sender && s.transport != nil {
+		if ownOnly && origin != sender && s.transport != nil {
 			foreign++ // each node sends only its own counters
 			return
 		}
@@ -156,3 +157,11 @@ func (s *Syncer) charge(charges []charge) {
 		}
 	}
 }
+
+// directOnly reports whether, with n members here, every member surely
+// sends straight to every other, so each sender's counters must be its own.
+// Members count each other a little apart while the cluster grows (a node
+// that already counts more than limit relays to one that does not yet), so
+// the check stops short of the limit by an eighth of it (at least one):
+// a relayed counter is not refused for a lag in counting.
+func directOnly(n, limit int) bool { return n+max(1, limit/8) <= limit }

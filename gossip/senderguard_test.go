@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -248,16 +249,22 @@ func BenchmarkSenderGuard(b *testing.B) {
 // in a made-up name, or of another origin (the cluster is small enough that
 // each node sends its own), and counters sent over a stream, are refused and
 // counted; its own counters are charged.
+//
+// In a relayed cluster (more members than FanoutLimit) the same counter of
+// another origin, from an authenticated sender, is taken: origins are not
+// authenticated there, only senders (their allowances bound them).
 func TestForgedSendersAreRefusedBetweenSyncers(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		key  []byte
-	}{{"plain", nil}, {"encrypted", testKey}} {
+		name    string
+		key     []byte
+		fanout  int
+		relayed bool
+	}{{"plain", nil, 0, false}, {"encrypted", testKey, 0, false}, {"encrypted, relayed cluster", testKey, 2, true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			la := newMemLedger()
-			a := newTestSyncer(t, "a", tt.key, la)
-			b := newTestSyncer(t, "b", tt.key, newMemLedger())
-			rogue := newTestSyncer(t, "rogue", tt.key, newMemLedger())
+			a := newFanoutSyncer(t, "a", tt.key, tt.fanout, la)
+			b := newFanoutSyncer(t, "b", tt.key, tt.fanout, newMemLedger())
+			rogue := newFanoutSyncer(t, "rogue", tt.key, tt.fanout, newMemLedger())
 			for _, s := range []*Syncer{b, rogue} {
 				if _, err := s.Join([]string{a.Addr()}); err != nil {
 					t.Fatal(err)
@@ -283,11 +290,18 @@ func TestForgedSendersAreRefusedBetweenSyncers(t *testing.T) {
 			}
 			waitFor(t, "the rogue's own counter is charged, the forged ones refused", func() bool {
 				ts := a.Transport()
+				origin := ts.PacketsRefused(PacketRefusedOrigin) >= 1
+				if tt.relayed {
+					origin = la.get("r/k") == 11 // relayed: b's counter from the rogue is taken
+				}
 				return la.get("r/own") == 2 && ts.PacketsRefused(PacketRefusedSender) >= 2 &&
-					ts.PacketsRefused(PacketRefusedOrigin) >= 1 && ts.PacketsRefused(PacketRefusedUnchecked) >= 1
+					origin && ts.PacketsRefused(PacketRefusedUnchecked) >= 1
 			})
-			if got := la.get("r/k"); got != 0 {
+			if got := la.get("r/k"); !tt.relayed && got != 0 {
 				t.Errorf("forged counters charged %d tokens", got)
+			}
+			if got := a.Transport().PacketsRefused(PacketRefusedOrigin); tt.relayed && got != 0 {
+				t.Errorf("a relayed cluster refused %d packets for their origins", got)
 			}
 			for _, s := range []*Syncer{b, rogue} {
 				for _, r := range PacketRefusals {
@@ -372,5 +386,36 @@ func TestDirectFanOutSendsOnlyOwnCounters(t *testing.T) {
 	}
 	if len(s.relay.byOrigin) != 0 {
 		t.Fatalf("relay shares left: %v", s.relay.byOrigin)
+	}
+}
+
+// newFanoutSyncer is newTestSyncer with a fan-out limit (0: the default).
+func newFanoutSyncer(t *testing.T, name string, key []byte, fanout int, l Ledger) *Syncer {
+	t.Helper()
+	s, err := New(Config{
+		NodeName: name, BindAddr: "127.0.0.1", BindPort: 0,
+		GossipInterval: 5 * time.Millisecond, SecretKey: key, Label: "test", FanoutLimit: fanout,
+	}, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown() })
+	return s
+}
+
+func TestDirectOnly(t *testing.T) {
+	for _, tt := range []struct {
+		n, limit int
+		want     bool
+	}{
+		{3, 64, true}, {56, 64, true}, {57, 64, false}, {65, 64, false},
+		{2, 2, false}, {3, 4, true}, {4, 4, false}, {1, 1, false},
+	} {
+		if got := directOnly(tt.n, tt.limit); got != tt.want {
+			t.Errorf("directOnly(%d, %d) = %v, want %v", tt.n, tt.limit, got, tt.want)
+		}
 	}
 }
