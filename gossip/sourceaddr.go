@@ -14,9 +14,10 @@ import (
 // peer on loopback: 127.0.0.1, not the 127.0.0.2 or host address it
 // advertises). So, bound to every interface, the transport asks the kernel
 // for the advertised address as each packet's source (IP_PKTINFO,
-// IPV6_PKTINFO). If the kernel refuses (the advertised address is not this
-// host's: a NAT's public address), packets leave as before, and the NAT
-// must translate them to the advertised address. Streams this node opens
+// IPV6_PKTINFO). If the kernel refuses it (the advertised address is not
+// this host's: a NAT's public address) and the packet goes without it,
+// packets leave as before from then on, once warned about, and the NAT must
+// translate them to the advertised address. Streams this node opens
 // are bound to the advertised address likewise, so that peers give them
 // the slots kept for members (streamslots.go).
 

@@ -236,12 +236,19 @@ func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
 	dst := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	if oob := t.srcOOB.Load(); oob != nil {
 		_, _, err = t.udp.WriteMsgUDPAddrPort(b, *oob, dst)
-		if !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		if err == nil {
+			return time.Now(), nil
+		}
+		// The kernel refuses a source that is not this host's (a NAT's
+		// address): EINVAL, EADDRNOTAVAIL or ENETUNREACH. If the packet goes
+		// without it, the source was at fault: stop asking for it.
+		if _, err2 := t.udp.WriteToUDPAddrPort(b, dst); err2 != nil {
 			return time.Now(), err
 		}
-		// Not this host's address (a NAT's): send from the socket's.
-		t.srcOOB.CompareAndSwap(oob, nil)
-		t.log.Printf("[WARN] gossip: cannot send from the advertised address (%v): packets leave from the address the route picks; peers refuse their counters unless a NAT translates them to the advertised address", err)
+		if t.srcOOB.CompareAndSwap(oob, nil) {
+			t.log.Printf("[WARN] gossip: cannot send from the advertised address (%v): packets leave from the address the route picks; peers refuse their counters unless a NAT translates them to the advertised address", err)
+		}
+		return time.Now(), nil
 	}
 	_, err = t.udp.WriteToUDPAddrPort(b, dst)
 	return time.Now(), err
@@ -274,7 +281,7 @@ func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
 	}
 	conn, err := d.Dial("tcp", addr)
-	if err != nil && d.LocalAddr != nil && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EINVAL)) {
+	if err != nil && d.LocalAddr != nil && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENETUNREACH)) {
 		t.streamSrc.Store(nil) // not this host's address (a NAT's)
 		conn, err = net.DialTimeout("tcp", addr, timeout)
 	}
