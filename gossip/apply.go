@@ -14,11 +14,14 @@ type charge struct {
 // refused whole when its stamp says it is a replay (see stamp.go); each of
 // its counters is then admitted (admitLocked), deduplicated by the seen
 // table (applyLocked), and charged no more than its origin's allowance
-// (boundLocked).
+// (boundLocked). Counters must have come in a packet whose sender the
+// transport checked (senderguard.go); while the cluster is small enough for
+// direct fan-out, a sender's counters of other origins are refused too.
 func (s *Syncer) receive(b []byte) {
 	s.stats.PacketsReceived.Add(1)
 	s.stats.BytesReceived.Add(uint64(len(b)))
-	switch kind, ok := packetKind(b); {
+	kind, ok := packetKind(b)
+	switch {
 	case ok && kind == msgReset:
 		s.receiveResets(b)
 		return
@@ -27,9 +30,16 @@ func (s *Syncer) receive(b []byte) {
 		s.log.Debug("ignored a gossip message of an unknown kind", "kind", kind, "bytes", len(b))
 		return
 	}
+	if t := s.transport; ok && kind == msgCounters && t != nil && t.senders != nil && !t.senders.vouch.take(b) {
+		s.tstats.countPacket(PacketRefusedUnchecked)
+		s.badLog.warn(s.log, s.clock(), "refused counters the transport did not check (not from a packet)", "bytes", len(b))
+		return
+	}
 	var charges []charge
 	n := int(max(1, s.members.Load()))
 	relay := n > s.cfg.FanoutLimit
+	ownOnly := directOnly(n, s.cfg.FanoutLimit)
+	foreign := 0 // counters of other origins refused (direct fan-out)
 	transmits := retransmits(n)
 	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
@@ -46,6 +56,10 @@ func (s *Syncer) receive(b []byte) {
 	s.mu.Lock()
 	_, err := decodeCountersChecked(b, check, func(origin string, c Counter) {
 		if origin == s.self || s.staleLocked(c) {
+			return
+		}
+		if ownOnly && origin != sender && s.transport != nil {
+			foreign++ // each node sends only its own counters
 			return
 		}
 		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
@@ -70,6 +84,11 @@ func (s *Syncer) receive(b []byte) {
 		}
 	})
 	s.mu.Unlock()
+	if foreign > 0 {
+		s.tstats.countPacket(PacketRefusedOrigin)
+		s.badLog.warn(s.log, s.clock(), "refused counters sent in other origins' names while every node sends its own",
+			"sender", sender, "counters", foreign)
+	}
 	if err != nil {
 		s.stats.BadPackets.Add(1)
 		s.badLog.warn(s.log, s.clock(), "dropped a gossip packet", "bytes", len(b), "error", err)
@@ -138,3 +157,11 @@ func (s *Syncer) charge(charges []charge) {
 		}
 	}
 }
+
+// directOnly reports whether, with n members here, every member surely
+// sends straight to every other, so each sender's counters must be its own.
+// Members count each other a little apart while the cluster grows (a node
+// that already counts more than limit relays to one that does not yet), so
+// the check stops short of the limit by an eighth of it (at least one):
+// a relayed counter is not refused for a lag in counting.
+func directOnly(n, limit int) bool { return n+max(1, limit/8) <= limit }

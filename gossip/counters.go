@@ -55,7 +55,7 @@ func (s *Syncer) round() {
 		s.mu.Unlock()
 		return
 	}
-	packets, counts := s.packPendingLocked()
+	packets, counts := s.packPendingLocked(fanout)
 	if !fanout && len(targets) > s.cfg.GossipNodes {
 		s.rnd.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
 		targets = targets[:s.cfg.GossipNodes]
@@ -91,10 +91,17 @@ func (s *Syncer) round() {
 // 0) go first, in any order. Windowed counters never share a packet with
 // bucket counters: a peer of a version before windows refuses a packet
 // holding any, and must not lose the bucket counters with them during a
-// rolling upgrade. Caller holds s.mu.
-func (s *Syncer) packPendingLocked() ([][]byte, []int) {
+// rolling upgrade. With direct fan-out, relayed counters still pending from
+// when the cluster relayed are dropped, not sent: receivers then take a
+// sender's own counters only (see receive), and each origin sends its own
+// to every member. Caller holds s.mu.
+func (s *Syncer) packPendingLocked(direct bool) ([][]byte, []int) {
 	w := newPacketWriter(s.self, s.cfg.PacketSize)
 	send := func(k pendingKey, p *pendingCounter) {
+		if direct && k.origin != s.self {
+			s.dropPendingLocked(k)
+			return
+		}
 		w.add(k.origin, p.c)
 		if p.transmits--; p.transmits <= 0 {
 			s.dropPendingLocked(k)

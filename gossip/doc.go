@@ -36,6 +36,14 @@
 // each node's counters and balances, repairing losses and teaching a daemon
 // that restarted or joined late the debts already owed.
 //
+// A counters packet names its sender. memberlist does not say where a
+// message came from, so the transport checks it before memberlist sees the
+// packet: the sender must be the member at the packet's source address
+// (senderguard.go); and while the cluster is small enough for direct
+// fan-out, a sender's counters must all be its own. In a relayed cluster
+// the sender is checked and the origins it relays are not (their
+// allowances bound them).
+//
 // Packets and streams go through the package's own memberlist transport
 // (UDP and TCP on one port, as memberlist's NetTransport), because
 // NetTransport allocates 64 KiB for every packet it reads, and under fan-out
@@ -77,8 +85,9 @@
 // suspect.go (receiving them), pushpull.go (the push-pull state and its
 // merge), reset.go and resetwire.go (resets), views.go (what operators see),
 // meta.go and metasecurity.go (node metadata), delegate.go (memberlist's
-// Delegate), wire.go (the counters format), transport.go, streamguard.go and
-// packetguard.go (the network, screened).
+// Delegate), wire.go (the counters format), transport.go, streamguard.go,
+// packetguard.go, senderguard.go and sourceaddr.go (the network, screened:
+// a counters packet's sender must be the member at its source address).
 //
 // The package never decides a request and never blocks one: it talks to the
 // daemon's buckets only through the Ledger interface.

@@ -152,6 +152,14 @@ func (s *Syncer) startMemberlist() error {
 	}
 	nt.isMember = s.memberAddr
 	nt.configure(mlc.Label, mlc.SecretKey != nil || (mlc.Keyring != nil && len(mlc.Keyring.GetKeys()) > 0), mlc.GossipVerifyIncoming)
+	nt.senders = &senderGuard{label: []byte(mlc.Label), encryption: nt.guard.encryption, verify: mlc.GossipVerifyIncoming,
+		keys: func() [][]byte {
+			if mlc.Keyring == nil {
+				return nil
+			}
+			return mlc.Keyring.GetKeys()
+		},
+		book: s.senders.Load, vouch: newVouches()}
 	s.transport = nt
 	ml, err := memberlist.Create(mlc)
 	if err != nil {

@@ -82,6 +82,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	delete(e.failed, n.Name)
 	node := copyNode(n)
 	e.peers[n.Name] = node
+	(*Syncer)(e).rebuildSendersLocked()
 	e.mu.Unlock()
 	(*Syncer)(e).queueResend(node)
 	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
@@ -101,6 +102,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
 		e.failed[n.Name] = failedMember{addr: n.Address(), since: time.Now(), left: left}
 	}
+	(*Syncer)(e).rebuildSendersLocked()
 	e.mu.Unlock()
 	how := "dead"
 	if left {
@@ -112,6 +114,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 func (e *events) NotifyUpdate(n *memberlist.Node) {
 	e.mu.Lock()
 	e.peers[n.Name] = copyNode(n)
+	(*Syncer)(e).rebuildSendersLocked()
 	e.mu.Unlock()
 	e.log.Debug("member updated", "name", n.Name)
 }

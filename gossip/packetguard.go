@@ -22,7 +22,8 @@ const (
 )
 
 // PacketRefusals lists the packet refusal reasons.
-var PacketRefusals = []string{PacketRefusedLabel, PacketRefusedCompressed, PacketRefusedMalformed}
+var PacketRefusals = []string{PacketRefusedLabel, PacketRefusedCompressed, PacketRefusedMalformed,
+	PacketRefusedSender, PacketRefusedOrigin, PacketRefusedUnchecked}
 
 // maxCompoundDepth is how deep compound messages may nest; memberlist never
 // nests them.

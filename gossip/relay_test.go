@@ -94,7 +94,7 @@ func TestRelayQueueIsSharedByOrigin(t *testing.T) {
 	}
 	s.mu.Lock()
 	for range 10 { // more rounds than any entry's transmits
-		s.packPendingLocked()
+		s.packPendingLocked(false)
 	}
 	empty := len(s.pending) == 0 && len(s.relay.byOrigin) == 0 && s.relay.unknown == 0
 	s.mu.Unlock()

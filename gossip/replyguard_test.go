@@ -38,7 +38,8 @@ func TestReplyGuardParse(t *testing.T) {
 		{"encrypted to a plain node", false, []byte{mlEncrypt, 0, 0, 0, 1}, RefusedEncryption, 0},
 		{"plain to an encrypted node", true, push(1, 1), RefusedEncryption, 0},
 		{"encrypted frame of 4 GiB", true, []byte{mlEncrypt, 0xff, 0xff, 0xff, 0xff}, RefusedLength, 0},
-		{"encrypted frame at the cap", true, binary.BigEndian.AppendUint32([]byte{mlEncrypt}, maxStreamBytes), "", 5 + maxStreamBytes},
+		{"encrypted frame at the cap", true, append(binary.BigEndian.AppendUint32([]byte{mlEncrypt}, maxStreamBytes), 1), "", 5 + maxStreamBytes},
+		{"encrypted frame of version 0", true, append(binary.BigEndian.AppendUint32([]byte{mlEncrypt}, 45), 0), RefusedHeader, 0},
 		{"empty", false, nil, RefusedTimeout, 0},
 	}
 	for _, tt := range tests {

@@ -312,6 +312,18 @@ func (g *streamGuard) parseBody(peek func(int) ([]byte, error), off int, plan *p
 		if n > maxStreamBytes {
 			return n, refuse(RefusedLength, "an encrypted frame beyond the cap")
 		}
+		// memberlist's encryption version 0 pads, and its unpadding trusts
+		// the last byte: a keyed peer's frame with a pad longer than the
+		// message panicked memberlist (out of range), which ended the
+		// process. Sluice's memberlist writes version 1 (protocol >= 2).
+		if n > 0 {
+			if b, err = peek(off + 5); err != nil {
+				return 0, err
+			}
+			if b[off+4] != 1 {
+				return n, refuse(RefusedHeader, "an encryption version Sluice never sends")
+			}
+		}
 		return int64(off+4) + n, nil
 	}
 	if g.encrypted {

@@ -76,7 +76,8 @@ func TestStreamGuardParse(t *testing.T) {
 		{"plain to an encrypted node", true, withLabel("l", user(1)), RefusedEncryption, 0},
 		{"encrypted frame of 4 GiB", true, withLabel("l", []byte{mlEncrypt, 0xff, 0xff, 0xff, 0xff}), RefusedLength, 0},
 		{"encrypted frame of 20 MiB", true, withLabel("l", binary.BigEndian.AppendUint32([]byte{mlEncrypt}, 20<<20)), RefusedLength, 0},
-		{"encrypted frame at the cap", true, withLabel("l", binary.BigEndian.AppendUint32([]byte{mlEncrypt}, maxStreamBytes)), "", 3 + 5 + maxStreamBytes},
+		{"encrypted frame at the cap", true, withLabel("l", append(binary.BigEndian.AppendUint32([]byte{mlEncrypt}, maxStreamBytes), 1)), "", 3 + 5 + maxStreamBytes},
+		{"encrypted frame of version 0", true, withLabel("l", append(binary.BigEndian.AppendUint32([]byte{mlEncrypt}, 45), 0)), RefusedHeader, 0},
 		{"truncated header", false, withLabel("l", []byte{mlUser, 0x81, 0xaa, 'U'}), RefusedTimeout, 0},
 		{"empty stream", false, nil, RefusedTimeout, 0},
 	}
@@ -235,7 +236,7 @@ func TestStreamGuardEncryptionNotVerified(t *testing.T) {
 	g := &streamGuard{label: "l", encryption: true}
 	for _, in := range [][]byte{
 		withLabel("l", append([]byte{mlUser}, mpMapInts("UserMsgLen", 5)...)),
-		withLabel("l", []byte{mlEncrypt, 0, 0, 1, 0}),
+		withLabel("l", []byte{mlEncrypt, 0, 0, 1, 0, 1}),
 	} {
 		if _, err := g.parse(bufio.NewReaderSize(bytes.NewReader(in), streamPeekSize)); err != nil {
 			t.Fatalf("%x refused: %v", in, err)
@@ -243,6 +244,11 @@ func TestStreamGuardEncryptionNotVerified(t *testing.T) {
 	}
 	if _, err := g.parse(bufio.NewReaderSize(bytes.NewReader(withLabel("l", append([]byte{mlUser}, mpMapInts("UserMsgLen", int64(1<<62))...))), streamPeekSize)); err == nil {
 		t.Fatal("the crash payload passed")
+	}
+	// Encryption version 0 (padded; a keyed peer's bad pad crashed
+	// memberlist) is refused: Sluice writes version 1.
+	if _, err := g.parse(bufio.NewReaderSize(bytes.NewReader(withLabel("l", []byte{mlEncrypt, 0, 0, 0, 45, 0})), streamPeekSize)); !isRefusal(err, RefusedHeader) {
+		t.Fatalf("an encryption version 0 frame: %v, want refused for its header", err)
 	}
 }
 

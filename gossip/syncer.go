@@ -64,6 +64,9 @@ type Syncer struct {
 	// it refuses (here, so that they can be registered before Start).
 	transport *transport
 	tstats    TransportStats
+	// senders maps members' addresses to their names for the sender
+	// guard (senderguard.go); rebuilt under mu on membership events.
+	senders atomic.Pointer[senderBook]
 
 	// suspicious counts clamped or refused reports by origin (see
 	// suspectLocked); under mu.

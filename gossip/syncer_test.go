@@ -359,7 +359,7 @@ func TestPendingKeepsEachWindowAndSendsThemInOrder(t *testing.T) {
 		if len(s.pending) != 5 {
 			t.Fatalf("%d pending entries, want 5", len(s.pending))
 		}
-		packets, _ := s.packPendingLocked()
+		packets, _ := s.packPendingLocked(false)
 		// Two packets: bucket counters alone (a peer from before windows
 		// refuses a packet holding any windowed entry), then the windowed ones.
 		if len(packets) != 2 || len(s.pending) != 0 {

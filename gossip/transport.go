@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
@@ -28,8 +29,10 @@ import (
 //
 // It also screens what it receives before memberlist sees it: each inbound
 // stream through a streamGuard (streamguard.go), each packet through
-// checkPacket (packetguard.go). What it refuses is counted in stats and
-// logged at most once per cause per interval.
+// checkPacket (packetguard.go) and the senderGuard (senderguard.go: a
+// counters packet's sender must be the member at its source address). What
+// it refuses is counted in stats and logged at most once per cause per
+// interval.
 type transport struct {
 	udp  *net.UDPConn
 	tcp  *net.TCPListener
@@ -55,6 +58,7 @@ type transport struct {
 	label     string
 	encrypted bool // memberlist accepts encrypted messages only
 	guard     *streamGuard
+	senders   *senderGuard    // nil: senders are not checked
 	stats     *TransportStats // the syncer's, so they outlive a failed start
 	drops     *dropLog
 
@@ -65,6 +69,13 @@ type transport struct {
 	screenMu  sync.Mutex
 	screening map[net.Conn]struct{}
 	handed    map[net.Conn]struct{}
+
+	// srcOOB asks the kernel to send from the advertised address (see
+	// sourceaddr.go); nil: the socket's own address is the source.
+	srcOOB atomic.Pointer[[]byte]
+	// streamSrc is the address streams this node opens leave from, so
+	// that peers count them as a member's (streamslots.go); nil: the route's.
+	streamSrc atomic.Pointer[netip.Addr]
 
 	closing atomic.Bool
 	stop    chan struct{}
@@ -194,6 +205,7 @@ func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error)
 		if err != nil {
 			return nil, 0, fmt.Errorf("advertise address %q: %w", ip, err)
 		}
+		t.setSource(a.Unmap())
 		return net.IP(a.Unmap().AsSlice()), port, nil
 	}
 	if !t.bind.IsUnspecified() {
@@ -207,6 +219,7 @@ func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error)
 	if err != nil {
 		return nil, 0, errors.New("no private IP to advertise: set an advertise address")
 	}
+	t.setSource(a.Unmap())
 	return net.IP(a.Unmap().AsSlice()), t.port, nil
 }
 
@@ -220,8 +233,37 @@ func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
 		}
 		ap = ua.AddrPort()
 	}
-	_, err = t.udp.WriteToUDPAddrPort(b, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	dst := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	if oob := t.srcOOB.Load(); oob != nil {
+		_, _, err = t.udp.WriteMsgUDPAddrPort(b, *oob, dst)
+		if err == nil {
+			return time.Now(), nil
+		}
+		// The kernel refuses a source that is not this host's (a NAT's
+		// address): EINVAL, EADDRNOTAVAIL or ENETUNREACH. If the packet goes
+		// without it, the source was at fault: stop asking for it.
+		if _, err2 := t.udp.WriteToUDPAddrPort(b, dst); err2 != nil {
+			return time.Now(), err
+		}
+		if t.srcOOB.CompareAndSwap(oob, nil) {
+			t.log.Printf("[WARN] gossip: cannot send from the advertised address (%v): packets leave from the address the route picks; peers refuse their counters unless a NAT translates them to the advertised address", err)
+		}
+		return time.Now(), nil
+	}
+	_, err = t.udp.WriteToUDPAddrPort(b, dst)
 	return time.Now(), err
+}
+
+// setSource makes packets leave from adv, the address advertised, if the
+// transport is bound to every interface.
+func (t *transport) setSource(adv netip.Addr) {
+	if oob := sourceOOB(t.bind, adv); oob != nil {
+		t.srcOOB.Store(&oob)
+		t.streamSrc.Store(&adv)
+	} else {
+		t.srcOOB.Store(nil)
+		t.streamSrc.Store(nil)
+	}
 }
 
 // WriteToAddress is WriteTo; the node's name is not needed.
@@ -234,7 +276,15 @@ func (t *transport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 // DialTimeout opens a stream to addr. Its reply is screened before
 // memberlist reads it (see replyguard.go).
 func (t *transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	d := net.Dialer{Timeout: timeout}
+	if src := t.streamSrc.Load(); src != nil { // from the advertised address, as packets (sourceaddr.go)
+		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+	}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil && d.LocalAddr != nil && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENETUNREACH)) {
+		t.streamSrc.Store(nil) // not this host's address (a NAT's)
+		conn, err = net.DialTimeout("tcp", addr, timeout)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +325,7 @@ func (t *transport) readPackets() {
 	buf := make([]byte, maxDatagram)
 	for {
 		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		now := time.Now()
 		if err != nil {
 			if t.closing.Load() {
@@ -294,9 +345,16 @@ func (t *transport) readPackets() {
 			t.drops.drop("refused a gossip packet: "+reason, from, nil)
 			continue
 		}
+		if t.senders != nil {
+			// Members are listed without zones (memberlist's Node.Addr).
+			if r := t.senders.check(buf[:n], netip.AddrPortFrom(from.Addr().WithZone(""), from.Port())); r.reason != "" {
+				t.refuseSender(r, from)
+				continue
+			}
+		}
 		p := &memberlist.Packet{
 			Buf:       append(make([]byte, 0, n), buf[:n]...),
-			From:      net.UDPAddrFromAddrPort(netip.AddrPortFrom(from.Addr().Unmap(), from.Port())),
+			From:      net.UDPAddrFromAddrPort(from),
 			Timestamp: now,
 		}
 		select {
@@ -384,4 +442,18 @@ func (t *transport) screenStream(conn *net.TCPConn, sl slot) {
 	case <-t.stop:
 		gc.Close()
 	}
+}
+
+// refuseSender counts and logs a packet the sender guard refused.
+func (t *transport) refuseSender(r senderRefusal, from netip.AddrPort) {
+	t.stats.countPacket(r.reason)
+	var err error
+	if r.reason == PacketRefusedSender {
+		owner := "no member"
+		if o := t.senders.book().owner(from); o != "" {
+			owner = fmt.Sprintf("member %.64q", o)
+		}
+		err = fmt.Errorf("it claims to be from %.64q; that address is %s's", r.claimed, owner)
+	}
+	t.drops.drop("refused a gossip packet: "+r.reason, from, err)
 }

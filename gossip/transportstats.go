@@ -19,7 +19,7 @@ type TransportStats struct {
 
 	streams [9]atomic.Uint64 // by StreamRefusals index
 	replies [9]atomic.Uint64 // by StreamRefusals index
-	packets [3]atomic.Uint64 // by PacketRefusals index
+	packets [6]atomic.Uint64 // by PacketRefusals index
 }
 
 // StreamsRefused returns how many inbound streams were refused for reason

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluicelabs/sluice/gossip"
 	"github.com/sluicelabs/sluice/gossip/gossiptest"
 )
 
@@ -31,13 +32,18 @@ func start(t *testing.T, opts Options) *Cluster {
 }
 
 // assertNoneClamped reports through report any running node that clamped or
-// refused a peer's report as suspicious: in a cluster of honest nodes, none
-// may have.
+// refused a peer's report as suspicious, or refused a packet for its sender
+// or origins: in a cluster of honest nodes, none may have.
 func assertNoneClamped(c *Cluster, report func(format string, args ...any)) {
 	for i, n := range c.Nodes() {
 		if d := n.Daemon(); d != nil && d.Syncer() != nil {
 			if got := d.Syncer().Stats().SuspiciousReports.Load(); got != 0 {
 				report("node %d clamped %d honest reports: %v", i, got, d.Syncer().Suspicious())
+			}
+			for _, reason := range []string{gossip.PacketRefusedSender, gossip.PacketRefusedOrigin, gossip.PacketRefusedUnchecked} {
+				if got := d.Syncer().Transport().PacketsRefused(reason); got != 0 {
+					report("node %d refused %d honest packets: %s", i, got, reason)
+				}
 			}
 		}
 	}

@@ -36,7 +36,7 @@ var allowed = map[string][]string{
 	"clientlib":           {"ipc", "internal/backoff"},
 	"clientlib/httplimit": {"clientlib", "ipc", "bucket", "internal/backoff", "internal/routecheck"},
 	// Gossip knows buckets only through its Ledger interface.
-	"gossip": {"internal/msgpackwire", "internal/backoff",
+	"gossip": {"internal/msgpackwire", "internal/backoff", "golang.org/x/net",
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog", "github.com/hashicorp/go-metrics",
 		"github.com/hashicorp/go-msgpack/v2", "github.com/hashicorp/go-sockaddr"},
 	// The composition root.
