@@ -32,31 +32,10 @@ func lifeSettings(t *testing.T) config.Settings {
 	s.SocketPath = filepath.Join(dir, "d.sock")
 	s.RulesPath = filepath.Join(dir, "rules.yaml")
 	writeRules(t, s.RulesPath, testRules)
-	s.AdminAddr = "127.0.0.1:" + strconv.Itoa(freeTCPAndUDPPort(t))
-	s.Cluster = config.ClusterSettings{Bind: "127.0.0.1:" + strconv.Itoa(freeTCPAndUDPPort(t)), Label: "lifecycle"}
+	s.AdminAddr = "127.0.0.1:" + strconv.Itoa(gossiptest.FreePort(t))
+	s.Cluster = config.ClusterSettings{Bind: "127.0.0.1:" + strconv.Itoa(gossiptest.FreePort(t)), Label: "lifecycle"}
 	s.ShutdownTimeout = 5 * time.Second
 	return s
-}
-
-// freeTCPAndUDPPort is a loopback port free for TCP and UDP at the time of
-// the call.
-func freeTCPAndUDPPort(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", l.Addr().String())
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no port free for both TCP and UDP in 50 tries")
-	return 0
 }
 
 // holdPort binds addr's port for TCP and UDP until the test ends.

@@ -30,7 +30,7 @@ func verifyNoLeaks(t *testing.T) {
 // and no goroutine appears, until Start.
 func TestNewStartsNothing(t *testing.T) {
 	verifyNoLeaks(t)
-	port := freeGossipPort(t)
+	port := gossiptest.FreePort(t)
 	before := runtime.NumGoroutine()
 	s, err := New(Config{NodeName: "a", BindAddr: "127.0.0.1", BindPort: port}, newMemLedger())
 	if err != nil {
@@ -252,26 +252,6 @@ func mustStart(t *testing.T, s *Syncer) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// freeGossipPort is a port free for both TCP and UDP on loopback just now.
-func freeGossipPort(t *testing.T) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", l.Addr().String())
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
 }
 
 // A stream memberlist is still reading when the syncer shuts down is

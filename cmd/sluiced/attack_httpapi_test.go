@@ -329,42 +329,9 @@ func startNginx(t *testing.T, sluiceHTTP, upstream string) (listen, prefix strin
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-p", prefix, "-c", confPath, "-e", filepath.Join(prefix, "error.log"), "-g", "daemon off;")
-	if os.Getuid() == 0 {
-		const nobody = 65534
-		if err := os.Chown(prefix, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	}
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	eventually(t, "nginx answers", func() bool {
-		select {
-		case err := <-exited:
-			exited <- err
-			log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
-			t.Fatalf("nginx exited: %v\n%s\n%s", err, out.String(), log)
-		default:
-		}
-		cn, err := net.DialTimeout("tcp", listen, time.Second)
-		if err == nil {
-			cn.Close()
-		}
-		return err == nil
+	runFront(t, "nginx", cmd, prefix, listen, syscall.SIGQUIT, func() string {
+		log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
+		return string(log)
 	})
 	return listen, prefix
 }
@@ -378,20 +345,12 @@ func startNginx(t *testing.T, sluiceHTTP, upstream string) (listen, prefix strin
 func TestHTTPAPIForwardAuthBehindNginx(t *testing.T) {
 	nginxBinary(t)
 	const limit = 50
-	rules := fmt.Sprintf("rules:\n  api:\n    rate: %d/1h\n  default:\n    rate: 1000/1h\n", limit)
-	routes := "identity:\n  header: X-API-Key\n  trusted_proxies: [127.0.0.1]\ndefault:\n  - rule: default\nroutes:\n  - match: \"/api/\"\n    limits:\n      - rule: api\n"
-	var served atomic.Int64
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
-		io.WriteString(w, "ok "+string(body)+"\n")
-	}))
-	defer app.Close()
+	rules, routes, app, served := forwardAuthFixture(t, limit)
 	n := startHTTPAPINode(t, rules, routes)
 	front, prefix := startNginx(t, n.addr, strings.TrimPrefix(app.URL, "http://"))
 
 	get := frontGet(front)
-	admitted := loadThroughFront(t, get, &served, limit, true, func() string {
+	admitted := loadThroughFront(t, get, served, limit, true, func() string {
 		log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
 		return fmt.Sprintf("nginx's log:\n%.4000s\nsluiced's log:\n%.4000s", log, n.p.stderr.String())
 	})
@@ -531,42 +490,7 @@ func startCaddy(t *testing.T, sluiceHTTP, upstream string) (listen string, out *
 	}
 	cmd := exec.Command(bin, "run", "--config", confPath, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+prefix, "XDG_DATA_HOME="+prefix, "XDG_CONFIG_HOME="+prefix)
-	if os.Getuid() == 0 {
-		const nobody = 65534
-		if err := os.Chown(prefix, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	}
-	out = &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	eventually(t, "caddy answers", func() bool {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("caddy exited: %v\n%s", err, out.String())
-		default:
-		}
-		cn, err := net.DialTimeout("tcp", listen, time.Second)
-		if err == nil {
-			cn.Close()
-		}
-		return err == nil
-	})
+	out = runFront(t, "caddy", cmd, prefix, listen, syscall.SIGTERM, func() string { return "" })
 	return listen, out
 }
 
@@ -577,18 +501,10 @@ func startCaddy(t *testing.T, sluiceHTTP, upstream string) (listen string, out *
 func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
 	caddyBinary(t)
 	const limit = 40
-	rules := fmt.Sprintf("rules:\n  api:\n    rate: %d/1h\n  default:\n    rate: 1000/1h\n", limit)
-	routes := "identity:\n  header: X-API-Key\n  trusted_proxies: [127.0.0.1]\ndefault:\n  - rule: default\nroutes:\n  - match: \"/api/\"\n    limits:\n      - rule: api\n"
-	var served atomic.Int64
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		served.Add(1)
-		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
-		io.WriteString(w, "ok "+string(body)+"\n")
-	}))
-	defer app.Close()
+	rules, routes, app, served := forwardAuthFixture(t, limit)
 	n := startHTTPAPINode(t, rules, routes)
 	front, out := startCaddy(t, n.addr, strings.TrimPrefix(app.URL, "http://"))
-	admitted := loadThroughFront(t, frontGet(front), &served, limit, false, func() string {
+	admitted := loadThroughFront(t, frontGet(front), served, limit, false, func() string {
 		return fmt.Sprintf("caddy's log:\n%.4000s\nsluiced's log:\n%.4000s", out.String(), n.p.stderr.String())
 	})
 	t.Logf("caddy: 500 requests from 8 goroutines: %d admitted, the rest refused with 429; the service saw %d", admitted, served.Load())
@@ -718,4 +634,67 @@ func postThroughFront(t *testing.T, front, key, what string) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "payload-"+what) {
 		t.Fatalf("POST %s: %d %q, want the service to echo the body", what, resp.StatusCode, b)
 	}
+}
+
+// runFront starts a reverse proxy in front of the decision API (nginx or
+// caddy), as nobody when the test runs as root, stops it with stop (then
+// kills it) when the test ends, and waits until it answers on listen; diag
+// adds the proxy's own log to a failure.
+func runFront(t *testing.T, name string, cmd *exec.Cmd, prefix, listen string, stop syscall.Signal, diag func() string) *syncBuffer {
+	t.Helper()
+	if os.Getuid() == 0 {
+		const nobody = 65534
+		if err := os.Chown(prefix, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	}
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(stop)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	eventually(t, name+" answers", func() bool {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("%s exited: %v\n%s\n%s", name, err, out.String(), diag())
+		default:
+		}
+		cn, err := net.DialTimeout("tcp", listen, time.Second)
+		if err == nil {
+			cn.Close()
+		}
+		return err == nil
+	})
+	return out
+}
+
+// forwardAuthFixture is what both front-proxy tests limit: rule "api" at
+// limit per hour for "/api/" by X-API-Key behind a loopback proxy, a
+// generous default, and the service behind the proxy, counting what it
+// serves.
+func forwardAuthFixture(t *testing.T, limit int) (rules, routes string, app *httptest.Server, served *atomic.Int64) {
+	t.Helper()
+	rules = fmt.Sprintf("rules:\n  api:\n    rate: %d/1h\n  default:\n    rate: 1000/1h\n", limit)
+	routes = "identity:\n  header: X-API-Key\n  trusted_proxies: [127.0.0.1]\ndefault:\n  - rule: default\nroutes:\n  - match: \"/api/\"\n    limits:\n      - rule: api\n"
+	served = new(atomic.Int64)
+	app = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+		io.WriteString(w, "ok "+string(body)+"\n")
+	}))
+	t.Cleanup(app.Close)
+	return rules, routes, app, served
 }

@@ -1,5 +1,6 @@
 // Package gossiptest holds what the tests of packages that run gossip share:
-// today, the goroutines memberlist is known to leave behind, for goleak.
+// the goroutines memberlist is known to leave behind (for goleak) and a free
+// gossip port.
 // It is for tests, not for production code.
 package gossiptest
 
