@@ -91,16 +91,7 @@ type netnsNode struct {
 func netnsStart(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
 	cmd.Env = append(os.Environ(), "SLUICE_ADMIN_ADDR=")
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.exited
-	})
+	p := startProc(t, cmd)
 	return p
 }
 

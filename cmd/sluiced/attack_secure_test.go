@@ -73,16 +73,7 @@ func secureStart(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(append(os.Environ(), "SLUICE_ADMIN_ADDR="), env...)
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.exited
-	})
+	p := startProc(t, cmd)
 	return p
 }
 

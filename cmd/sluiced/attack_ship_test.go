@@ -78,16 +78,7 @@ func startShipNode(t *testing.T, bin, dir, name string, args ...string) *adminNo
 	t.Helper()
 	n := &adminNode{sock: filepath.Join(dir, name+".sock"), admin: "127.0.0.1:" + freePort(t)}
 	cmd := exec.Command(bin, append([]string{"--socket", n.sock, "--node-name", name, "--admin-addr", n.admin}, args...)...)
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.exited
-	})
+	p := startProc(t, cmd)
 	n.p = p
 	n.awaitServing(t, name)
 	return n
@@ -260,13 +251,7 @@ func TestShipSocketOnAnEmptyDirWithFSGroup(t *testing.T) {
 	}
 
 	cmd := as(exec.Command(daemonBin, append(daemonArgs, "--socket-shared-volume")...), daemonUID)
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	p := startProc(t, cmd)
 	eventually(t, "sluiced serves on the pod volume", func() bool {
 		select {
 		case err := <-p.exited:
@@ -333,13 +318,7 @@ func TestShipGossipKeyFromASecretWithFSGroup(t *testing.T) {
 		cmd := exec.Command(daemonBin, "--socket", filepath.Join(sockDir, "s.sock"), "--bind", "127.0.0.1:"+freePort(t), "--gossip-key-file", key)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: daemonUID, Gid: daemonUID, Groups: []uint32{fsGroup}}}
 		cmd.Env = []string{"SLUICE_ADMIN_ADDR="}
-		p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-		cmd.Stderr = p.stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { p.exited <- cmd.Wait() }()
-		t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+		p := startProc(t, cmd)
 		return p
 	}
 	ok := run(0o440)
@@ -419,13 +398,7 @@ func testJoinThroughAName(t *testing.T, later bool) {
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", hostsFile,
 		binary, "--socket", joiner.sock, "--node-name", "pod-3", "--admin-addr", joiner.admin,
 		"--bind", "127.0.0.4:"+port, "--join", name+":"+port, "--gossip-key-file", key, "--rejoin-interval", "200ms")
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	p := startProc(t, cmd)
 	joiner.p = p
 	joiner.awaitServing(t, "pod-3")
 	if later {
@@ -543,13 +516,7 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 	cmd := exec.Command(daemonBin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sidecarUID, Gid: sidecarUID, Groups: []uint32{fsGroup}}}
 	cmd.Env = []string{}
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	p := startProc(t, cmd)
 	eventually(t, "the sidecar's probes pass", func() bool {
 		select {
 		case err := <-p.exited:

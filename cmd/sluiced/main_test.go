@@ -71,6 +71,13 @@ func startDaemon(t *testing.T, args ...string) *proc {
 	// No admin endpoint unless a test asks for one with --admin-addr: a taken
 	// address is an error, and tests (and test runs) share the machine.
 	cmd.Env = append(os.Environ(), "SLUICE_ADMIN_ADDR=")
+	return startProc(t, cmd)
+}
+
+// startProc starts cmd, collecting its stderr, and kills it when the test
+// ends.
+func startProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
