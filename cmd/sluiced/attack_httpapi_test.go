@@ -119,7 +119,11 @@ rules:
 // all or nothing, as the socket's CHECK.
 func TestHTTPAPIDecidesOnTheDaemonsBuckets(t *testing.T) {
 	n := startHTTPAPINode(t, httpAPIRules, "")
-	c := clientlib.New(clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
+	// Dial waits for the first connection: a call before it would fail open.
+	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	for i := range 3 {
 		if a := n.decide(t, `{"checks":[{"rule":"api","key":"user:1"}]}`); !a.Allowed || a.Results[0].Remaining != uint64(4-i) {
@@ -150,7 +154,11 @@ func TestHTTPAPIDecidesOnTheDaemonsBuckets(t *testing.T) {
 // socket keeps deciding throughout.
 func TestHTTPAPIHostileInputs(t *testing.T) {
 	n := startHTTPAPINode(t, httpAPIRules, "", "--http-max-conns", "8", "--max-key-len", "64")
-	c := clientlib.New(clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
+	// Dial waits for the first connection: a call before it would fail open.
+	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 
 	// A 32 MiB body, streamed: refused at the cap (64 KiB), not read whole.

@@ -94,7 +94,10 @@ func BenchmarkCheckLoopback(b *testing.B) {
 // is compared with.
 func BenchmarkSocketForComparison(b *testing.B) {
 	d := daemontest.Start(b, benchRules)
-	c := clientlib.New(clientlib.Options{SocketPath: d.SocketPath(), Timeout: time.Second})
+	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: d.SocketPath(), Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(func() { c.Close() })
 	var keys atomic.Int64
 	b.Run("callers=1", func(b *testing.B) {
