@@ -38,6 +38,7 @@ func (l ledger) Drain(fn func(gossip.Counter)) {
 // Charge applies a peer's consumption of one limit of a rule in a window
 // (0 for the buckets); rule is the limit's name (see limitName).
 func (l ledger) Charge(rule, key string, window, tokens uint64) {
+	defer leave(l.d.fence.enter())
 	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return
@@ -81,6 +82,7 @@ func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
 // key without a bucket, +Inf for a rule this daemon does not have (nothing
 // is adopted for it).
 func (l ledger) Balance(rule, key string) (float64, gossip.Counter) {
+	defer leave(l.d.fence.enter())
 	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return math.Inf(1), gossip.Counter{}
@@ -122,6 +124,7 @@ func (d *Daemon) eachHeld(fn func(rule string, lim bucket.Limit, c bucket.Consum
 }
 
 func (l ledger) Adopt(rule, key string, window uint64, balance float64) bool {
+	defer leave(l.d.fence.enter())
 	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return false

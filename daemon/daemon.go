@@ -46,6 +46,7 @@ type Daemon struct {
 	server   *ipc.Server
 
 	rules  atomic.Pointer[ruleSet]
+	fence  rulesFence     // rules and balances switch together (fence.go)
 	syncer *gossip.Syncer // nil when not in a cluster
 
 	loadedDigest []byte      // content hash of the rules file New loaded
@@ -247,6 +248,7 @@ func (d *Daemon) sweepLoop(ctx context.Context) {
 
 // Balance returns the balance of key under rule, and whether the rule exists.
 func (d *Daemon) Balance(rule, key string) (float64, bool) {
+	defer leave(d.fence.enter())
 	ar, ok := d.rules.Load().byName[rule]
 	if !ok {
 		return 0, false

@@ -44,6 +44,7 @@ func (d *Daemon) ClientReport(client string, r ipc.Report) {
 }
 
 func (d *Daemon) decide(checks []ipc.Check, results []ipc.Result) (bool, error) {
+	defer leave(d.fence.enter())
 	now := d.now()
 	rs := d.rules.Load()
 	if len(checks) == 1 {
@@ -219,6 +220,7 @@ func requestError(err error) error {
 
 // Inspect implements ipc.Inspector: it reads a key's bucket without charging it.
 func (d *Daemon) Inspect(rule, key []byte) ipc.Inspection {
+	defer leave(d.fence.enter())
 	ar, ok := d.rules.Load().byName[string(rule)]
 	if !ok {
 		return ipc.Inspection{}

@@ -175,25 +175,29 @@ func (d *Daemon) apply(rules *config.Rules) {
 		names[ns] = name
 	}
 	d.nsNames.Store(&names)
-	prev := d.rules.Swap(next)
-	if prev == nil {
-		return
-	}
-	now := d.now()
-	for name, nr := range next.byName {
-		or, ok := prev.byName[name]
-		if !ok || !limitsChanged(or.Rule, nr.Rule) {
-			continue
+	// The rules and the balances rescaled for them switch together: no
+	// decision runs between the swap and the end of the rescale (fence.go).
+	d.fence.exclusive(func() {
+		prev := d.rules.Swap(next)
+		if prev == nil {
+			return
 		}
-		for i, ns := range nr.ns {
-			if i >= len(or.ns) || or.ns[i] != ns {
-				continue // a limit the rule did not have: its keys start afresh
+		now := d.now()
+		for name, nr := range next.byName {
+			or, ok := prev.byName[name]
+			if !ok || !limitsChanged(or.Rule, nr.Rule) {
+				continue
 			}
-			d.store.Rescale(ns, func(key string) (bucket.Limit, bucket.Limit) {
-				return or.LimitsFor([]byte(key))[i], nr.LimitsFor([]byte(key))[i]
-			}, now)
+			for i, ns := range nr.ns {
+				if i >= len(or.ns) || or.ns[i] != ns {
+					continue // a limit the rule did not have: its keys start afresh
+				}
+				d.store.Rescale(ns, func(key string) (bucket.Limit, bucket.Limit) {
+					return or.LimitsFor([]byte(key))[i], nr.LimitsFor([]byte(key))[i]
+				}, now)
+			}
 		}
-	}
+	})
 }
 
 func limitsChanged(a, b *config.Rule) bool {

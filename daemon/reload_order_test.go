@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"testing"
@@ -88,5 +89,63 @@ func TestConcurrentReloadsEndOnTheNewestRules(t *testing.T) {
 	wg.Wait()
 	if got := d.Rules().ByName["r"].Limits[0].Burst(); got != 26 {
 		t.Fatalf("burst %d in force after the reloads, want the file's last version (26)", got)
+	}
+}
+
+// A reader never sees the new rules with a balance not yet rescaled for
+// them, nor the old rules with a rescaled one: while the limit's burst flips
+// between 10 and 20 (the rate unchanged, so a rescale really moves the
+// state), a key that spent half is read as 5 of 10 or 10 of 20, never 15 or
+// 0. 50,000 other keys make each rescale pass long enough to be caught.
+func TestReloadSwitchesRulesAndBalancesTogether(t *testing.T) {
+	small := "rules:\n  r:\n    rate: 10/1h\n    burst: 10\n"
+	large := "rules:\n  r:\n    rate: 10/1h\n    burst: 20\n"
+	d, _, _ := newDaemon(t, small)
+	ar := d.rules.Load().byName["r"]
+	for i := range 50_000 {
+		if _, err := d.store.Charge(ar.ns[0], fmt.Appendf(nil, "k%d", i), ar.Limits[0], 5, epoch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.store.Charge(ar.ns[0], []byte("v"), ar.Limits[0], 5, epoch); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := d.Balance("r", "v"); b != 5 {
+		t.Fatalf("setup: balance %v, want 5 of 10", b)
+	}
+
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	var torn []float64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for reads := 0; reads < 10_000_000; reads++ { // bounded; ends with the reloads
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if b, _ := d.Balance("r", "v"); math.Abs(b-5) > 0.01 && math.Abs(b-10) > 0.01 {
+				torn = append(torn, b)
+			}
+		}
+	}()
+	for i := range 40 {
+		data := small
+		if i%2 == 0 {
+			data = large
+		}
+		if err := d.reloadFileData(d.nextReadSeq(), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	if len(torn) > 0 {
+		t.Fatalf("%d reads saw a balance that is neither 5 of 10 nor 10 of 20 (e.g. %v): rules and balances did not switch together", len(torn), torn[0])
+	}
+	if b, _ := d.Balance("r", "v"); b != 5 {
+		t.Fatalf("after an even number of flips: balance %v, want 5 of 10", b)
 	}
 }
