@@ -417,13 +417,15 @@ func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
 		now := uint64(time.Now().UnixNano())
 		absurd := peersPacket("x", now, peersCounter{"forged", now - 1, 0, math.MaxUint64})
 		posing := peersPacket(origin.name, now, peersCounter{"forged", now - 1, 0, 1e12}) // as a member
+		pace := time.NewTicker(5 * time.Millisecond)
+		defer pace.Stop()
 		for range 20 {
 			for _, b := range [][]byte{absurd, netnsRelabel(t, absurd, netnsLabel), posing, netnsRelabel(t, posing, netnsLabel)} {
 				if _, err := pc.WriteTo(b, dst); err != nil {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(5 * time.Millisecond) // pacing: UDP has no backpressure
+			<-pace.C // pacing: UDP has no backpressure
 		}
 		// Those with the default label are refused for it; those with the
 		// cluster's, by memberlist, which cannot decrypt them.
@@ -455,7 +457,7 @@ func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(5 * time.Millisecond) // pacing
+			<-pace.C // pacing
 		}
 		// A fresh spend after the replays is charged after them (one
 		// goroutine reads the port in order): then they have all been read.
@@ -789,6 +791,8 @@ func netnsRogue(t *testing.T, c *netnsCluster, name string, debt, floor float64)
 		return true
 	})
 	worst := 100.0
+	pace := time.NewTicker(50 * time.Millisecond)
+	defer pace.Stop()
 	for time.Since(start) < 3*time.Second {
 		for _, n := range c.nodes {
 			for _, v := range victims {
@@ -800,7 +804,7 @@ func netnsRogue(t *testing.T, c *netnsCluster, name string, debt, floor float64)
 				}
 			}
 		}
-		time.Sleep(50 * time.Millisecond) // sampling period, not waiting for an outcome
+		<-pace.C // sampling period, not waiting for an outcome
 	}
 	t.Logf("claimed debt %g: lowest victim balance on 3 nodes over 3s of a keyed rogue's attack across namespaces: %.1f (truth: 100; bound: %.0f)", debt, worst, floor)
 	for _, n := range c.nodes {

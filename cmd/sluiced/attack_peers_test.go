@@ -287,6 +287,8 @@ func peersRogue(t *testing.T, debt, floor float64) {
 	})
 	// Three seconds of the attack (push-pull every 200 ms), sampled every 50 ms.
 	worst := 100.0
+	pace := time.NewTicker(50 * time.Millisecond)
+	defer pace.Stop()
 	for time.Since(start) < 3*time.Second {
 		for _, admin := range []string{adminA, adminB} {
 			for _, v := range victims {
@@ -301,7 +303,7 @@ func peersRogue(t *testing.T, debt, floor float64) {
 				}
 			}
 		}
-		time.Sleep(50 * time.Millisecond) // sampling period, not waiting for an outcome
+		<-pace.C // sampling period, not waiting for an outcome
 	}
 	t.Logf("claimed debt %g: lowest victim balance over 3s of a keyed rogue's attack: %.1f (truth: 100; bound: %.0f)", debt, worst, floor)
 	m := peersMetric(t, adminA)

@@ -401,13 +401,15 @@ func TestGossipHostilePacketsAreRefused(t *testing.T) {
 	}
 	defer c.Close()
 	const sent = 20
+	pace := time.NewTicker(20 * time.Millisecond)
+	defer pace.Stop()
 	for range sent {
 		if _, err := c.Write(bomb); err != nil {
 			t.Fatal(err)
 		}
 		c.Write([]byte{8, 1, 2, 3})                            // no label
 		c.Write(labelled("other-cluster", []byte{8, 1, 2, 3})) // another cluster's
-		time.Sleep(20 * time.Millisecond)                      // pacing, not waiting for an outcome: UDP has no backpressure
+		<-pace.C                                               // pacing, not waiting for an outcome: UDP has no backpressure
 	}
 	eventually(t, "the bombs are refused", func() bool {
 		return transportMetric(t, metrics, `sluice_gossip_packets_refused_total{reason="compressed"}`) >= 1 &&
@@ -437,11 +439,13 @@ func TestGossipUndecryptablePacketFloodIsLoggedOncePerInterval(t *testing.T) {
 	}
 	defer c.Close()
 	junk := labelled("sluice", make([]byte, 200))
+	pace := time.NewTicker(10 * time.Millisecond)
+	defer pace.Stop()
 	for i := range 500 {
 		junk[len(junk)-1] = byte(i)
 		c.Write(junk)
 		if i%50 == 49 {
-			time.Sleep(10 * time.Millisecond) // pacing: UDP has no backpressure
+			<-pace.C // pacing: UDP has no backpressure
 		}
 	}
 	eventually(t, "the first undecryptable packet is logged", func() bool {
