@@ -69,8 +69,11 @@ var allowed = map[string][]string{
 	// Thin commands: flags, then a library call.
 	"cmd/sluiced": {"daemon", "daemon/envoyrls", "daemon/httpapi", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc", "internal/buildinfo",
 		"github.com/urfave/cli/v2", "github.com/hashicorp/go-metrics", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
-	"cmd/sluice":      {"clientlib", "daemon/adminapi", "ipc", "config", "internal/buildinfo", "github.com/urfave/cli/v2"},
+	"cmd/sluice":      {"clientlib", "daemon/adminapi", "ipc", "config", "internal/buildinfo", "internal/rulesapi", "github.com/urfave/cli/v2"},
 	"internal/layers": {},
+	// The rules service's wire types and std-only client, shared by
+	// cmd/sluice-rules (its own module) and `sluice rules`.
+	"internal/rulesapi": {},
 }
 
 // forbiddenModules must not be in the main module's requirement graph:
