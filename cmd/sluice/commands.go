@@ -28,10 +28,7 @@ func commands() []*cli.Command {
 				"same keys under other limits. Exit 0 when there is no drift, 3 when there is (so a cron job\n" +
 				"or a probe can alert on it; --json exits 3 too), 2 on error.",
 		}, members),
-		adminCommand(&cli.Command{
-			Name:  "rules",
-			Usage: "list the rules in force: rate, burst, overrides, mode",
-		}, rules),
+		rulesCommand(),
 		adminCommand(&cli.Command{
 			Name:      "inspect",
 			Usage:     "show one key's bucket without charging it: balance, debt, limit, per-origin counts",
@@ -50,6 +47,18 @@ func commands() []*cli.Command {
 		versionCommand(),
 		lintCommand(),
 	}
+}
+
+// rulesCommand is `sluice rules`: the daemon's rules in force; its
+// subcommands talk to a sluice-rules service (see rulessvc.go).
+func rulesCommand() *cli.Command {
+	cmd := adminCommand(&cli.Command{
+		Name:        "rules",
+		Usage:       "list the rules in force: rate, burst, overrides, mode; push, diff, pull... a team's rules to a rules service",
+		Description: "Without a subcommand: the rules the daemon (--admin) enforces now.\n" + rulesServiceDescription,
+	}, rules)
+	cmd.Subcommands = rulesServiceCommands()
+	return cmd
 }
 
 // adminFlags say how to reach the daemon's admin endpoint; every command that
@@ -151,6 +160,9 @@ func members(c *cli.Context, a *adminClient) (int, error) {
 }
 
 func rules(c *cli.Context, a *adminClient) (int, error) {
+	if c.NArg() > 0 && !strings.HasPrefix(c.Args().First(), "-") {
+		return exitError, fmt.Errorf("no subcommand %q (sluice rules --help lists them)", c.Args().First())
+	}
 	if err := wantArgs(c); err != nil {
 		return exitError, err
 	}
