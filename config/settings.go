@@ -47,6 +47,13 @@ type Settings struct {
 	RulesCache string
 	// RulesPollInterval is how often RulesURL is polled. Default 30s.
 	RulesPollInterval time.Duration
+	// RulesWait, when positive, long-polls RulesURL: each conditional
+	// request asks the service (with "Prefer: wait=N") to hold it up to
+	// this long until the rules change, and the next is sent as soon as it
+	// is answered, so a change arrives within a round trip. A service that
+	// does not hold requests is polled every RulesPollInterval as usual.
+	// At most MaxRulesWait. Default 0: plain polling.
+	RulesWait time.Duration
 	// EnvoyConfig is an envoyproxy/ratelimit configuration (a YAML file, or
 	// a directory of them, one domain each) translated into rules alongside
 	// the rules file's and reloaded with them. Empty: none.
@@ -166,6 +173,9 @@ const (
 	DefaultHTTPMaxConns                  = 1024
 )
 
+// MaxRulesWait bounds Settings.RulesWait (a rules service may cap it lower).
+const MaxRulesWait = 5 * time.Minute
+
 // noID is (uid_t)-1, which the kernel uses for "no id"; no process has it.
 const noID = math.MaxUint32
 
@@ -217,6 +227,10 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("settings: a rules cache keeps a rules URL's rules; give a rules URL with it")
 	case s.RulesURL != "" && s.RulesPollInterval <= 0:
 		return fmt.Errorf("settings: rules poll interval must be positive")
+	case s.RulesWait < 0 || s.RulesWait > MaxRulesWait:
+		return fmt.Errorf("settings: rules wait %s must be in [0, %s]", s.RulesWait, MaxRulesWait)
+	case s.RulesWait > 0 && s.RulesWait < time.Second:
+		return fmt.Errorf("settings: rules wait %s: long-polls wait whole seconds; give at least 1s (or 0 for plain polling)", s.RulesWait)
 	case s.MaxKeys < 1:
 		return fmt.Errorf("settings: max keys %d must be at least 1", s.MaxKeys)
 	case s.MaxKeyLen < 1 || s.MaxKeyLen > 64<<10:

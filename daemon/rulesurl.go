@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,6 +51,9 @@ func (e *fetchError) Unwrap() error { return e.err }
 type rulesFetcher struct {
 	url    string
 	client *http.Client
+	// waiter sends long-polls: client's transport without its timeout
+	// (each long-poll's context bounds it instead).
+	waiter *http.Client
 
 	mu           sync.Mutex // one fetch at a time; guards the fields below
 	etag         string
@@ -61,7 +65,7 @@ type rulesFetcher struct {
 // its idle connections (closeIdle) touches no one else's.
 func newRulesFetcher(url string) *rulesFetcher {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	return &rulesFetcher{url: url, client: &http.Client{Timeout: rulesFetchTimeout, Transport: tr}}
+	return &rulesFetcher{url: url, client: &http.Client{Timeout: rulesFetchTimeout, Transport: tr}, waiter: &http.Client{Transport: tr}}
 }
 
 // closeIdle closes the connections kept alive between fetches, and with
@@ -125,6 +129,61 @@ func (f *rulesFetcher) fetch(ctx context.Context) (*config.Rules, []byte, error)
 	return rules, body, nil
 }
 
+// awaitChange long-polls the service: a conditional GET on the last
+// response's validators with "Prefer: wait=N", which a service that
+// supports it (sluice-rules) holds until its rules change or N seconds
+// pass. It reports whether the service answered with a document (200),
+// whose body it discards: the caller then reloads through fetch, which
+// keeps every rule of validation and of the reload in one place. A
+// *fetchError reports a service that could not be asked or answered
+// neither 200 nor 304. It does not hold f.mu while it waits.
+func (f *rulesFetcher) awaitChange(ctx context.Context, wait time.Duration) (bool, error) {
+	f.mu.Lock()
+	etag, lastModified := f.etag, f.lastModified
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, wait+rulesFetchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url, nil)
+	if err != nil {
+		return false, &fetchError{fmt.Errorf("long-poll rules %s: %w", f.url, err)}
+	}
+	req.Header.Set("Accept", "application/yaml, text/yaml, text/plain;q=0.9, */*;q=0.5")
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	if lastModified != "" {
+		req.Header.Set("If-Modified-Since", lastModified)
+	}
+	req.Header.Set("Prefer", "wait="+strconv.FormatInt(int64(wait/time.Second), 10))
+	resp, err := f.waiter.Do(req)
+	if err != nil {
+		return false, &fetchError{fmt.Errorf("long-poll rules: %w", err)}
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, maxRulesBody)) // let the connection be reused
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+		return false, nil
+	case http.StatusOK:
+		return true, nil
+	default:
+		return false, &fetchError{fmt.Errorf("long-poll rules %s: %s", f.url, resp.Status)}
+	}
+}
+
+// longPollPause is how long to pause after a long-poll round that took
+// elapsed and applied (or not) new rules: none after a round the service
+// held (at least half the wait) or that brought new rules, else the poll
+// interval, so a service that does not hold requests (a static web server
+// answering 304 at once, or 200 without validators) is polled as often as
+// without long-poll, not in a tight loop.
+func longPollPause(elapsed, wait, interval time.Duration, applied bool) time.Duration {
+	if applied || elapsed >= wait/2 {
+		return 0
+	}
+	return interval
+}
+
 // retryDelay is the wait before retry number failures (1, 2, ...) of a
 // rules service that failed: exponential from min(interval, 1s), capped at
 // max(interval, maxRulesBackoff), with full jitter over its upper half so a
@@ -135,8 +194,13 @@ func retryDelay(failures int, interval time.Duration, jitter func() float64) tim
 }
 
 // pollRules polls the rules service until ctx ends: every poll interval
-// (±10%) while it answers, backing off while it fails.
+// (±10%) while it answers, backing off while it fails; with RulesWait, by
+// long-poll (longPollRules).
 func (d *Daemon) pollRules(ctx context.Context) {
+	if d.settings.RulesWait > 0 {
+		d.longPollRules(ctx)
+		return
+	}
 	interval := d.settings.RulesPollInterval
 	failures := 0
 	if d.fetchFailing.Load() {
@@ -160,6 +224,60 @@ func (d *Daemon) pollRules(ctx context.Context) {
 		} else {
 			failures = 0
 		}
+	}
+}
+
+// longPollRules asks the service for a change over and over, each request
+// held by the service up to RulesWait, and reloads when it answers with
+// one. Failures back off as in pollRules; a service that does not hold
+// requests is asked every poll interval (longPollPause).
+func (d *Daemon) longPollRules(ctx context.Context) {
+	interval, wait := d.settings.RulesPollInterval, d.settings.RulesWait
+	failures := 0
+	if d.fetchFailing.Load() {
+		failures = 1
+	}
+	pause := time.Duration(0)
+	for {
+		if failures > 0 {
+			pause = retryDelay(failures, interval, rand.Float64)
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		start := time.Now()
+		changed, err := d.fetcher.awaitChange(ctx, wait)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			d.noteFetch(err)
+			failures++
+			continue
+		}
+		applied := false
+		if changed {
+			before := d.Rules()
+			var fe *fetchError
+			if err := d.Reload(); errors.As(err, &fe) {
+				failures++
+				continue
+			}
+			applied = d.Rules() != before
+		} else {
+			d.noteFetch(nil)
+		}
+		failures = 0
+		pause = longPollPause(time.Since(start), wait, interval, applied)
 	}
 }
 

@@ -46,6 +46,7 @@ func app() *cli.App {
 			&cli.StringSliceFlag{Name: "grpc-listen", EnvVars: []string{"SLUICE_GRPC_LISTEN"}, Usage: "serve Envoy's rate limit service (gRPC) here: unix:/path or HOST:PORT, comma-separated or repeated", Category: "envoy"},
 			&cli.BoolFlag{Name: "envoy-response-headers", EnvVars: []string{"SLUICE_ENVOY_RESPONSE_HEADERS"}, Usage: "add the RateLimit and RateLimit-Policy headers to the rate limit service's answers (ratelimit's RESPONSE_HEADERS_ENABLED)", Category: "envoy"},
 			&cli.DurationFlag{Name: "rules-poll-interval", Value: def.RulesPollInterval, EnvVars: []string{"SLUICE_RULES_POLL_INTERVAL"}, Usage: "how often --rules-url is polled (failures back off exponentially)"},
+			&cli.DurationFlag{Name: "rules-wait", EnvVars: []string{"SLUICE_RULES_WAIT"}, Usage: "long-poll --rules-url: ask the service to hold each request up to this long for a change (e.g. 30s; sluice-rules does), so changes arrive in about a round trip; 0: plain polling"},
 			&cli.StringFlag{Name: "admin-addr", Value: "127.0.0.1:9464", EnvVars: []string{"SLUICE_ADMIN_ADDR"}, Usage: "admin HTTP endpoint (/, /healthz, /readyz, /metrics, /v1/...); empty to turn off; an address in use is an error"},
 			&cli.StringSliceFlag{Name: "admin-allowed-hosts", EnvVars: []string{"SLUICE_ADMIN_ALLOWED_HOSTS"}, Usage: "further names (HOST or HOST:PORT) the admin endpoint answers to in the Host header, besides its address (and localhost on loopback)"},
 			&cli.BoolFlag{Name: "admin-show-keys", EnvVars: []string{"SLUICE_ADMIN_SHOW_KEYS"}, Usage: "show client keys raw in /v1/top and the status page (default: redacted)"},
@@ -107,6 +108,7 @@ func run(c *cli.Context) error {
 	s.RulesURL = c.String("rules-url")
 	s.RulesCache = c.String("rules-cache")
 	s.RulesPollInterval = c.Duration("rules-poll-interval")
+	s.RulesWait = c.Duration("rules-wait")
 	s.NoWatch = c.Bool("no-watch")
 	s.EnvoyConfig = c.String("envoy-config")
 	s.GRPCListen = c.StringSlice("grpc-listen")

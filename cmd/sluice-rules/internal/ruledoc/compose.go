@@ -136,13 +136,13 @@ func fieldErrors(err error) []*config.FieldError {
 
 // problems maps the parser's errors to problems naming the rule (as
 // ruleOf returns it for the document's name) and the field within it,
-// with lines moved by lineShift.
-func problems(err error, ruleOf func(docName string) string, lineShift int) []rulesapi.FieldProblem {
+// with lines and columns moved by lineShift and colShift.
+func problems(err error, ruleOf func(docName string) string, lineShift, colShift int) []rulesapi.FieldProblem {
 	var out []rulesapi.FieldProblem
 	for _, fe := range fieldErrors(err) {
-		p := rulesapi.FieldProblem{Line: fe.Line + lineShift, Column: fe.Column, Message: fe.Msg}
-		if p.Line < 1 {
-			p.Line = 0
+		p := rulesapi.FieldProblem{Line: fe.Line + lineShift, Column: fe.Column + colShift, Message: fe.Msg}
+		if p.Line < 1 || p.Column < 1 {
+			p.Line, p.Column = 0, 0
 		}
 		if rest, ok := strings.CutPrefix(fe.Field, "rules."); ok {
 			// rest is "<name>" or "<name>.<field...>"; a document name
@@ -192,7 +192,7 @@ func ParseSpec(team, rule, spec string) (*config.Rule, error) {
 			}
 			return ""
 		}
-		return nil, &InvalidError{Problems: problems(err, ruleOf, -2)}
+		return nil, &InvalidError{Problems: problems(err, ruleOf, -2, -4)}
 	}
 	r := parsed.ByName[served]
 	if r == nil {
@@ -215,7 +215,7 @@ func ParseTeamDocument(team, document string) ([]Entry, map[string]*config.Rule,
 			}
 			return n
 		}
-		return nil, nil, &InvalidError{Problems: problems(err, ruleOf, 0)}
+		return nil, nil, &InvalidError{Problems: problems(err, ruleOf, 0, 0)}
 	}
 	var invalid []rulesapi.FieldProblem
 	if hasTopKey(document, "unknown_rule") {

@@ -29,6 +29,7 @@ func TestParseSpecNamesRuleFieldAndLine(t *testing.T) {
 		line           int
 	}{
 		{"rate: 100/1s\nburst: -1\n", "burst", "positive whole number", 2},
+		{"rate: 100/1s\nburst: x\n", "burst", "positive whole number", 2},
 		{"rate: 100/1x\n", "rate", "period", 1},
 		{"rate: 1/1s\ncolour: red\n", "colour", "unknown field", 2},
 		{"burst: 10\n", "rate", "missing", 1},
