@@ -1,7 +1,11 @@
 package main
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/web"
+)
 
 // uiHandler returns the web page's handler, mounted at /ui/ (the paths it
 // sees keep the /ui/ prefix), or nil for none. rulescli owns this file.
-func uiHandler() http.Handler { return nil }
+func uiHandler() http.Handler { return web.Handler() }

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/web"
+	"github.com/sluicelabs/sluice/internal/rulesapi"
+)
+
+// TestWebPageInChromium drives the web page of a real sluice-rules in
+// headless Chromium as a team does: it signs in with the team's token, sees
+// its rules (a hostile override key shown as text), edits a rule with an
+// error and sees the problem named, edits it validly and sees the diff
+// preview, saves, sees the new version in the table and the history, rolls
+// the change back from the page, and signs out. The page must throw nothing
+// and trip no Content-Security-Policy rule on the way.
+func TestWebPageInChromium(t *testing.T) {
+	b := newBrowser(t)
+	svc := startRulesService(t)
+	ctx := context.Background()
+	admin := rulesapi.NewClient(svc.url, svc.adminToken)
+	if _, err := admin.CreateTeam(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := admin.CreateToken(ctx, "web", "browser")
+	if err != nil {
+		t.Fatal(err)
+	}
+	team := rulesapi.NewClient(svc.url, tok.Secret)
+	const hostile = `<i>x</i>"&'`
+	if _, err := team.PutRule(ctx, "web", "api", "rate: 5/1h\n", rulesapi.ChangeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := team.PutRule(ctx, "web", "odd", "rate: 1/1s\noverrides:\n  '"+strings.ReplaceAll(hostile, "'", "''")+"':\n    rate: 2/1s\n", rulesapi.ChangeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("headers", func(t *testing.T) {
+		resp, err := http.Get(svc.url + "/ui/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Security-Policy") != web.CSP || resp.Header.Get("X-Frame-Options") != "DENY" ||
+			resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("GET /ui/: %s, headers %v", resp.Status, resp.Header)
+		}
+		if !strings.Contains(string(body), `<script src="app.js" defer></script>`) {
+			t.Errorf("GET /ui/ is not the page:\n%s", body)
+		}
+	})
+
+	b.signIn(svc.url, tok.Secret)
+	if got := b.text("#who"); !strings.Contains(got, "team web") {
+		t.Errorf("signed in as %q", got)
+	}
+	if got := b.text(`#rules tr[data-rule="api"] td.served`); got != "web.api" {
+		t.Errorf("api is served as %q", got)
+	}
+	if spec := b.text(`#rules tr[data-rule="odd"] td.spec`); !strings.Contains(spec, `<i>x</i>"&`) {
+		t.Errorf("the hostile override key is not shown as text: %q", spec)
+	}
+	if n := b.count("#rules i"); n != 0 {
+		t.Errorf("an override key was inserted as HTML: %d <i> elements", n)
+	}
+
+	b.openRule("api")
+	b.checkSpec("rate: 5/1h\nburst: -1\n")
+	if problems := b.text("#problems"); !strings.Contains(problems, "burst") || !strings.Contains(problems, "line 2") {
+		t.Errorf("the problem shown does not name the field and line: %q", problems)
+	}
+	if b.eval(`String(document.getElementById('save').disabled)`) != "true" {
+		t.Error("Save is enabled for an invalid rule")
+	}
+
+	b.checkSpec("rate: 7/1h\n")
+	if n := b.count("#problems li"); n != 0 {
+		t.Errorf("problems shown for a valid rule: %s", b.text("#problems"))
+	}
+	diff := b.text(`#diff .diff[data-rule="api"]`)
+	if !strings.Contains(diff, "-rate: 5/1h") || !strings.Contains(diff, "+rate: 7/1h") {
+		t.Errorf("the diff preview does not show the change: %q", diff)
+	}
+	if n := b.count("#diff .add") + b.count("#diff .del"); n < 2 {
+		t.Errorf("the diff marks %d lines as added or removed", n)
+	}
+	if got, _, err := team.Rule(ctx, "web", "api"); err != nil || got.Spec != "rate: 5/1h\n" {
+		t.Fatalf("the preview stored the change: %+v %v", got, err)
+	}
+
+	notice := b.save()
+	saved, _, err := team.Rule(ctx, "web", "api")
+	if err != nil || saved.Spec != "rate: 7/1h\n" {
+		t.Fatalf("after saving, the service has %+v (%v)", saved, err)
+	}
+	if !strings.Contains(notice, "version") {
+		t.Errorf("notice after saving: %q", notice)
+	}
+	b.waitFor("the table shows the saved rule", `(document.querySelector('#rules tr[data-rule="api"] td.spec') || {}).textContent === 'rate: 7/1h\n'`)
+	b.waitFor("the history lists the update", `(document.querySelector('#history tbody tr') || {dataset: {}}).dataset.action === 'update'`)
+	if by := b.text("#history tbody tr td:nth-child(3)"); by != "team:web" {
+		t.Errorf("history says the update was by %q", by)
+	}
+
+	// Roll the change back from the page: a preview first, then the rollback.
+	b.do("preview the rollback", clickCSS("#rollback"))
+	b.waitFor("the rollback preview shows", `!document.getElementById('rollback-preview').hidden`)
+	if d := b.text("#rollback-diff"); !strings.Contains(d, "+rate: 5/1h") {
+		t.Errorf("the rollback preview does not show the way back: %q", d)
+	}
+	b.do("roll back", clickCSS("#rollback-do"))
+	b.waitFor("the page says it rolled back", `document.getElementById('notice').textContent.startsWith('Rolled back') || document.getElementById('error').textContent !== ''`)
+	if got, _, err := team.Rule(ctx, "web", "api"); err != nil || got.Spec != "rate: 5/1h\n" {
+		t.Errorf("after the rollback, the service has %+v (%v); page: %s", got, err, b.pageState())
+	}
+	b.waitFor("the history lists the rollback", `(document.querySelector('#history tbody tr') || {dataset: {}}).dataset.action === 'rollback'`)
+
+	// A stale edit: someone else changes the rule after the page opened it.
+	b.openRule("api")
+	b.checkSpec("rate: 6/1h\n")
+	if _, err := team.PutRule(ctx, "web", "api", "rate: 4/1h\n", rulesapi.ChangeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b.do("save a stale edit", clickCSS("#save"))
+	b.waitFor("the page reports the conflict", `document.getElementById('error').textContent.includes('changed')`)
+	if got, _, _ := team.Rule(ctx, "web", "api"); got.Spec != "rate: 4/1h\n" {
+		t.Errorf("a stale save overwrote the other change: %q", got.Spec)
+	}
+
+	b.do("sign out", clickCSS("#signout"))
+	b.waitFor("the sign-in form is back", `!document.getElementById('signin').hidden`)
+	if v := b.eval(`String(sessionStorage.getItem('sluice-rules-token'))`); v != "null" {
+		t.Errorf("the token is still in session storage after signing out: %q", v)
+	}
+	b.clean()
+}
+
+// TestWebPageRefusesABadToken: a wrong token is refused with a message, and
+// nothing of a team shows.
+func TestWebPageRefusesABadToken(t *testing.T) {
+	b := newBrowser(t)
+	svc := startRulesService(t)
+	b.do("load the page", navigate(svc.url+"/ui/"), waitVisibleCSS("#token"))
+	b.do("sign in", sendKeysCSS("#token", "slr_not-a-token"), clickCSS("#signin-button"))
+	b.waitFor("the page reports the bad token", `document.getElementById('error').textContent !== ''`)
+	if e := b.text("#error"); !strings.Contains(e, "unknown or revoked") {
+		t.Errorf("error shown: %q", e)
+	}
+	if b.eval(`String(document.getElementById('team').hidden)`) != "true" {
+		t.Error("the team view shows after a refused sign-in")
+	}
+	b.clean()
+}
