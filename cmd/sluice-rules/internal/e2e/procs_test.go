@@ -202,12 +202,14 @@ func startDaemons(t *testing.T, n int, rulesURL string, interval, wait time.Dura
 		cmd := exec.Command(bin.sluiced, args...)
 		cmd.Env = append(os.Environ(), "SLUICE_ADMIN_ADDR=")
 		d := &daemon{proc: startProc(t, cmd), name: name}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		c, err := clientlib.Dial(ctx, clientlib.Options{SocketPath: sock, Timeout: 5 * time.Second})
-		cancel()
-		if err != nil {
-			t.Fatalf("daemon %s: %v\n%s", name, err, d.output.String())
-		}
+		var c *clientlib.Client
+		eventually(t, 30*time.Second, "daemon "+name+" accepts a client", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var err error
+			c, err = clientlib.Dial(ctx, clientlib.Options{SocketPath: sock, Timeout: 5 * time.Second})
+			return err == nil
+		})
 		t.Cleanup(func() { c.Close() })
 		d.client = c
 		ds = append(ds, d)
