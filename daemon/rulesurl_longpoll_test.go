@@ -146,4 +146,3 @@ func TestRulesWaitValidated(t *testing.T) {
 		}
 	}
 }
-

@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	go srv.Run(runCtx)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("sluice-rules serving", "addr", ln.Addr().String(), "db", st.Dialect(), "rules_url", "http://"+ln.Addr().String()+"/rules.yaml")
+	log.Info("listening", "addr", ln.Addr().String(), "db", st.Dialect(), "rules_url", "http://"+ln.Addr().String()+"/rules.yaml")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -60,3 +60,16 @@ func TestParsePreferWait(t *testing.T) {
 		}
 	}
 }
+
+func TestValidName(t *testing.T) {
+	for _, ok := range []string{"a", "pay", "pay-api", "a1", "0"} {
+		if !ValidName(ok) {
+			t.Errorf("ValidName(%q) = false", ok)
+		}
+	}
+	for _, bad := range []string{"", "-a", "a-", "A", "a.b", "a_b", "a b", "é", string(make([]byte, MaxNameLen+1))} {
+		if ValidName(bad) {
+			t.Errorf("ValidName(%q) = true", bad)
+		}
+	}
+}

@@ -227,3 +227,19 @@ type AuditLog struct {
 	Entries    []AuditEntry `json:"entries"`
 	NextBefore int64        `json:"next_before,omitempty"`
 }
+
+// ValidName reports whether s is a valid team or rule name: lowercase
+// letters, digits and inner dashes (a DNS label), at most MaxNameLen bytes.
+// The service checks names with it; clients may check before sending.
+func ValidName(s string) bool {
+	if s == "" || len(s) > MaxNameLen || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

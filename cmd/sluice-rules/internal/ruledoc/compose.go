@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -12,11 +11,6 @@ import (
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/internal/rulesapi"
 )
-
-// namePattern is what team and rule names look like: DNS-label style, so
-// that "<team>.<rule>" is always a valid daemon rule name and splits back
-// at its one dot.
-var namePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 
 // CheckName reports whether name is a valid team or rule name; what names
 // the kind of name in the error.
@@ -26,7 +20,9 @@ func CheckName(what, name string) error {
 		return fmt.Errorf("%s name is empty", what)
 	case len(name) > rulesapi.MaxNameLen:
 		return fmt.Errorf("%s name %q is longer than %d bytes", what, name, rulesapi.MaxNameLen)
-	case !namePattern.MatchString(name):
+	case !rulesapi.ValidName(name):
+		// DNS-label style, so that "<team>.<rule>" is always a valid
+		// daemon rule name and splits back at its one dot.
 		return fmt.Errorf("%s name %q: use lowercase letters, digits and inner dashes only (like a DNS label)", what, name)
 	}
 	return nil

@@ -87,6 +87,7 @@ func (s *Server) serveDocument(w http.ResponseWriter, r *http.Request) {
 	if inm != "" && rulesapi.ETagMatches(inm, cur.etag, true) {
 		if wait := waitFor(r); wait > 0 {
 			s.m.waiting.Inc()
+			s.held.Add(1)
 			t := time.NewTimer(wait)
 			select {
 			case <-cur.newer:
@@ -96,6 +97,7 @@ func (s *Server) serveDocument(w http.ResponseWriter, r *http.Request) {
 			case <-s.closing:
 			}
 			t.Stop()
+			s.held.Add(-1)
 			s.m.waiting.Dec()
 		}
 		if rulesapi.ETagMatches(inm, cur.etag, true) {

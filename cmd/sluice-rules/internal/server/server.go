@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +62,8 @@ type Server struct {
 
 	mu  sync.Mutex // guards cur
 	cur *current
+	// held counts long-polls being held now.
+	held atomic.Int64
 
 	closeOnce sync.Once
 	closing   chan struct{}
