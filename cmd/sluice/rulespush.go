@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -63,10 +62,6 @@ func pullCommand() *cli.Command {
 	}, pull)
 }
 
-// teamRuleName is what a team's rule may be named (the service prefixes it
-// with the team's name and a dot).
-var teamRuleName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
-
 // readTeamFile reads and validates a team's rules file with the daemon's
 // parser. Problems print on stderr as sluice lint prints them, and make it
 // return a refusal; a file that cannot be read is an error.
@@ -88,7 +83,7 @@ func readTeamFile(stderr io.Writer, path string) (string, error) {
 	}
 	bad := 0
 	for _, name := range rules.Names() {
-		if len(name) > rulesapi.MaxNameLen || !teamRuleName.MatchString(name) {
+		if !rulesapi.ValidName(name) {
 			fmt.Fprintf(stderr, "%s: rules.%s: a team's rule name must be lower-case letters, digits and inner dashes, at most %d bytes (the service serves it as TEAM.%s)\n",
 				path, name, rulesapi.MaxNameLen, name)
 			bad++
@@ -110,12 +105,15 @@ func fileProblems(path string, err error) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "the service refused the rules (%s):", ae.Message)
 	for _, p := range ae.Problems {
-		field := "rules"
+		field := p.Field // outside any rule: a top-level field
 		if p.Rule != "" {
-			field += "." + p.Rule
+			field = "rules." + p.Rule
+			if p.Field != "" {
+				field += "." + p.Field
+			}
 		}
-		if p.Field != "" {
-			field += "." + p.Field
+		if field == "" {
+			field = "-"
 		}
 		fmt.Fprintf(&b, "\n%s:%d:%d: %s: %s", path, max(p.Line, 1), max(p.Column, 1), field, p.Message)
 	}

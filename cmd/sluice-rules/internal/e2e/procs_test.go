@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice/clientlib"
+	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/pgtest"
 )
 
 // bin holds the binaries TestMain builds: sluice-rules, sluiced, sluice.
@@ -44,6 +45,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	pgtest.Stop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
