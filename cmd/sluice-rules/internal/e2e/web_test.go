@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/web"
 	"github.com/sluicelabs/sluice/internal/rulesapi"
 )
@@ -132,11 +134,67 @@ func TestWebPageInChromium(t *testing.T) {
 		t.Errorf("a stale save overwrote the other change: %q", got.Spec)
 	}
 
+	// A new rule, then its deletion: a loosening, saved only once confirmed.
+	b.do("new rule", clickCSS("#new-rule"))
+	b.waitFor("the editor opens empty", `!document.getElementById('editor').hidden && document.getElementById('edit-name').value === ''`)
+	b.do("name it", chromedp.SetValue(chromedp.CSS("#edit-name"), "login"))
+	b.checkSpec("rate: 5/1m\n")
+	if d := b.text(`#diff .diff[data-rule="login"]`); !strings.HasPrefix(d, "create login") || !strings.Contains(d, "+rate: 5/1m") {
+		t.Errorf("the preview of a new rule: %q", d)
+	}
+	b.save()
+	b.waitFor("the table lists the new rule", `document.querySelector('#rules tr[data-rule="login"]') !== null`)
+	b.openRule("login")
+	b.do("ask to delete", clickCSS("#delete-rule"))
+	b.waitFor("the deletion's preview shows", `!document.getElementById('preview').hidden`)
+	if l := b.text("#loosenings"); !strings.Contains(l, "login") {
+		t.Errorf("the deletion is not flagged as a loosening: %q", l)
+	}
+	b.do("delete without confirming", clickCSS("#save"))
+	b.waitFor("the page asks for confirmation", `document.getElementById('error').textContent.includes('confirm')`)
+	if _, _, err := team.Rule(ctx, "web", "login"); err != nil {
+		t.Fatalf("deleted without confirmation: %v", err)
+	}
+	b.do("confirm and delete", clickCSS("#confirm"), clickCSS("#save"))
+	b.waitFor("the page says it deleted", `document.getElementById('notice').textContent.startsWith('Deleted login')`)
+	b.waitFor("the table no longer lists it", `document.querySelector('#rules tr[data-rule="login"]') === null`)
+
+	// Reloading the page keeps the tab signed in (session storage), with the
+	// token still out of the URL.
+	b.do("reload", navigate(svc.url+"/ui/"))
+	b.waitFor("signed in again after a reload", `!document.getElementById('team').hidden && document.getElementById('team-name').textContent === 'web'`)
+
 	b.do("sign out", clickCSS("#signout"))
 	b.waitFor("the sign-in form is back", `!document.getElementById('signin').hidden`)
 	if v := b.eval(`String(sessionStorage.getItem('sluice-rules-token'))`); v != "null" {
 		t.Errorf("the token is still in session storage after signing out: %q", v)
 	}
+	b.clean()
+}
+
+// TestWebPageForTheAdmin: the admin token picks a team from a list and
+// sees that team's rules.
+func TestWebPageForTheAdmin(t *testing.T) {
+	b := newBrowser(t)
+	svc := startRulesService(t)
+	ctx := context.Background()
+	admin := rulesapi.NewClient(svc.url, svc.adminToken)
+	for _, name := range []string{"alpha", "beta"} {
+		if _, err := admin.CreateTeam(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.PutRule(ctx, name, name+"-rule", "rate: 3/1s\n", rulesapi.ChangeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.signIn(svc.url, svc.adminToken)
+	if who := b.text("#who"); !strings.HasPrefix(who, "admin") {
+		t.Errorf("signed in as %q", who)
+	}
+	b.waitFor("alpha's rules show", `document.querySelector('#rules tr[data-rule="alpha-rule"]') !== null`)
+	b.do("pick beta", chromedp.SetValue(chromedp.CSS("#team-select"), "beta"))
+	b.eval(`document.getElementById('team-select').dispatchEvent(new Event('change')), ''`)
+	b.waitFor("beta's rules show", `document.querySelector('#rules tr[data-rule="beta-rule"]') !== null && document.getElementById('team-name').textContent === 'beta'`)
 	b.clean()
 }
 
