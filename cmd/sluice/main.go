@@ -4,6 +4,7 @@
 //	sluice doctor  [--socket PATH] [--daemon-uids UIDS]
 //	sluice members [--json] [--admin URL]
 //	sluice rules   [--json] [--admin URL]
+//	sluice rules   push|diff|pull|history|rollback|audit|teams|tokens|whoami|status [--server URL] ...
 //	sluice inspect [--json] [--admin URL] RULE KEY
 //	sluice reload  [--json] [--admin URL]
 //	sluice reset   [--json] [--admin URL] RULE KEY
@@ -12,13 +13,16 @@
 // check asks for a decision over the daemon's Unix socket; doctor explains
 // whether and how this process reaches that socket; the others talk to
 // its admin HTTP endpoint (--admin, default http://127.0.0.1:9464 or
-// $SLUICE_ADMIN; "host:port" without a scheme is accepted). Flags go before
-// the arguments. Exit codes are shared by every command:
+// $SLUICE_ADMIN; "host:port" without a scheme is accepted), except the
+// subcommands of rules, which talk to a sluice-rules service (--server,
+// $SLUICE_RULES_SERVER; see rulessvc.go). Flags go before the arguments.
+// Exit codes are shared by every command:
 //
 //	0  done (check: admitted)
 //	1  refused (check: throttled; reload: the daemon kept its old rules)
 //	2  error: daemon unreachable, request refused, unknown rule, bad usage
-//	3  members: some alive member runs different rules (drift)
+//	3  members: some alive member runs different rules (drift); rules diff:
+//	   the file and the service's rules differ
 //
 // With --json a command prints the daemon's answer as JSON on stdout (watch:
 // one object per line); errors still go to stderr.
@@ -64,7 +68,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	app := &cli.App{
 		Name:           "sluice",
 		Usage:          "talk to the local sluiced daemon",
-		Description:    "Exit codes: 0 done, 1 refused (check: throttled; reload: new rules refused), 2 error, 3 rules drift (members).",
+		Description:    "Exit codes: 0 done, 1 refused (check: throttled; reload: new rules refused), 2 error, 3 rules drift (members; rules diff: differences).",
 		Version:        buildinfo.Get().String(), // --version, as `sluice version`
 		Writer:         stdout,
 		ErrWriter:      stderr,
