@@ -66,3 +66,35 @@ func TestReplicasOnOnePostgreSQLServeEachOthersVersions(t *testing.T) {
 		t.Fatalf("replica b with a's token: %+v %v", tr, err)
 	}
 }
+
+// TestHeldLongPollsAreCapped: beyond MaxHeld a long-poll is answered at
+// once, as a plain conditional GET.
+func TestHeldLongPollsAreCapped(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite://"+t.TempDir()+"/rules.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := New(ctx, Config{Store: st, MaxHeld: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() { s.Drain(); hs.Close() }()
+	c := rulesapi.NewClient(hs.URL, "")
+	first := make(chan error, 1)
+	go func() { _, _, err := c.Served(ctx, `"v0"`, time.Minute); first <- err }()
+	eventually(t, "the first long-poll is held", func() bool { return s.held.Load() == 1 })
+	start := time.Now()
+	if _, _, err := c.Served(ctx, `"v0"`, time.Minute); err != rulesapi.ErrNotModified {
+		t.Fatalf("second long-poll: %v", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the second long-poll was held %v beyond the cap", took)
+	}
+	s.Drain()
+	if err := <-first; err != rulesapi.ErrNotModified {
+		t.Fatalf("first long-poll after drain: %v", err)
+	}
+}
