@@ -126,9 +126,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadTimeout:       30 * time.Second, // no write timeout: long-polls are held
+
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	hs.RegisterOnShutdown(srv.Drain)
 	runCtx, cancel := context.WithCancel(ctx)

@@ -32,6 +32,6 @@
 //     If-None-Match. With "Prefer: wait=N" (seconds) such a request is held
 //     until a newer version exists or N seconds pass (long-poll).
 //
-// The full description with examples is in the service's README section
-// "Managing rules for many teams".
+// Every endpoint, with its bodies, status codes, headers and curl examples,
+// is described in docs/RULES-API.md.
 package rulesapi

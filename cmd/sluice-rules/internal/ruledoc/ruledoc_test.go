@@ -48,6 +48,12 @@ func TestParseSpecNamesRuleFieldAndLine(t *testing.T) {
 			t.Errorf("ParseSpec(%q) problem = %+v, want rule api field %q line %d message with %q", tt.spec, p, tt.field, tt.line, tt.msgPart)
 		}
 	}
+	// Columns are the spec's own too.
+	_, err := ParseSpec("pay", "api", "rate: 100/1s\nburst: -1\n")
+	var inv *InvalidError
+	if !errors.As(err, &inv) || inv.Problems[0].Column != 8 {
+		t.Errorf("column of burst's value: %+v", err)
+	}
 	r, err := ParseSpec("pay", "api", "rate: 100/1s\nburst: 200\n")
 	if err != nil || r.Limits[0].Burst() != 200 {
 		t.Fatalf("valid spec: %v %v", r, err)

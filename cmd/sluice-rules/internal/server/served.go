@@ -85,7 +85,9 @@ func (s *Server) serveDocument(w http.ResponseWriter, r *http.Request) {
 	cur := s.current()
 	inm := r.Header.Get("If-None-Match")
 	if inm != "" && rulesapi.ETagMatches(inm, cur.etag, true) {
-		if wait := waitFor(r); wait > 0 {
+		// Beyond the cap a long-poll is answered at once (as plain
+		// polling), so held requests cannot pile up without bound.
+		if wait := waitFor(r); wait > 0 && s.held.Load() < s.maxHeld {
 			s.m.waiting.Inc()
 			s.held.Add(1)
 			t := time.NewTimer(wait)

@@ -44,26 +44,34 @@ type Config struct {
 	RefreshInterval time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxHeld caps the long-polls held at once; more are answered at once.
+	// 0 means DefaultMaxHeld.
+	MaxHeld int64
 }
+
+// DefaultMaxHeld is the default cap on long-polls held at once: a
+// goroutine and a connection each.
+const DefaultMaxHeld = 10000
 
 // Server is the rules service. Create it with New, serve Handler, run Run
 // for the refresh loop, and call Drain before shutting the HTTP server
 // down so long-polls answer at once.
 type Server struct {
-	store    *store.Store
-	factor   float64
-	ui       http.Handler
-	log      *slog.Logger
-	m        *metrics
-	gatherer prometheus.Gatherer
-	refresh_ time.Duration
-	now      func() time.Time
-	mux      *http.ServeMux
+	store        *store.Store
+	factor       float64
+	ui           http.Handler
+	log          *slog.Logger
+	m            *metrics
+	gatherer     prometheus.Gatherer
+	refreshEvery time.Duration
+	now          func() time.Time
+	mux          *http.ServeMux
 
 	mu  sync.Mutex // guards cur
 	cur *current
-	// held counts long-polls being held now.
-	held atomic.Int64
+	// held counts long-polls being held now, at most maxHeld.
+	held    atomic.Int64
+	maxHeld int64
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -89,6 +97,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxHeld <= 0 {
+		cfg.MaxHeld = DefaultMaxHeld
+	}
 	reg, gat := cfg.Registerer, cfg.Gatherer
 	if reg == nil {
 		r := prometheus.NewRegistry()
@@ -96,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		reg, gat = r, r
 	}
 	s := &Server{store: cfg.Store, factor: cfg.LoosenFactor, ui: cfg.UI, log: cfg.Log, m: newMetrics(reg), gatherer: gat,
-		refresh_: cfg.RefreshInterval, now: cfg.Now, closing: make(chan struct{})}
+		refreshEvery: cfg.RefreshInterval, now: cfg.Now, maxHeld: cfg.MaxHeld, closing: make(chan struct{})}
 	if err := s.refresh(ctx); err != nil {
 		return nil, fmt.Errorf("new server: load the served document: %w", err)
 	}
@@ -109,7 +120,7 @@ func (s *Server) Handler() http.Handler { return s.mux }
 
 // Run reads the stored version every RefreshInterval until ctx ends.
 func (s *Server) Run(ctx context.Context) {
-	t := time.NewTicker(s.refresh_)
+	t := time.NewTicker(s.refreshEvery)
 	defer t.Stop()
 	for {
 		select {
