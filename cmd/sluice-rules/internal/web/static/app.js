@@ -18,7 +18,6 @@
     token: null,
     who: null,
     team: null,
-    ruleETags: {}, // rule name -> ETag as last read
     editing: null, // {name, isNew, etag}
     preview: null, // {name, spec, del, loosens} the last successful check
     rollback: null, // {etag, loosens}
@@ -160,9 +159,7 @@
     $('rules').setAttribute('data-etag', etag || '');
     const body = $('rules').tBodies[0];
     clear(body);
-    state.ruleETags = {};
     for (const r of data.rules || []) {
-      state.ruleETags[r.name] = '"v' + r.version + '"';
       const edit = el('button', { type: 'button', class: 'edit', 'data-rule': r.name }, 'Edit');
       edit.addEventListener('click', () => openEditor(r.name).catch(report));
       body.append(el('tr', { 'data-rule': r.name, 'data-version': r.version },
