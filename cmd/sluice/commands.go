@@ -55,6 +55,7 @@ func rulesCommand() *cli.Command {
 	cmd := adminCommand(&cli.Command{
 		Name:        "rules",
 		Usage:       "list the rules in force: rate, burst, overrides, mode; push, diff, pull... a team's rules to a rules service",
+		UsageText:   "sluice rules [--admin URL] [--json]            (the local daemon's rules)\nsluice rules SUBCOMMAND [flags] [ARGS]        (a sluice-rules service: push, diff, pull, history, rollback, ...)",
 		Description: "Without a subcommand: the rules the daemon (--admin) enforces now.\n" + rulesServiceDescription,
 	}, rules)
 	cmd.Subcommands = rulesServiceCommands()
