@@ -22,7 +22,7 @@ func pushCommand() *cli.Command {
 		Name:      "push",
 		Usage:     "replace the team's rules on the service with FILE's: exit 0 pushed (or nothing to change), 1 refused, 2 error",
 		ArgsUsage: "FILE",
-		Description: "FILE is a rules file with the team's own rule names (what pull writes): \"rules:\" and under it\n" +
+		Description: "FILE (\"-\": standard input) is a rules file with the team's own rule names (what pull writes): \"rules:\" and under it\n" +
 			"rules as sluiced reads them; the service serves them to daemons as TEAM.RULE. It is first\n" +
 			"validated here with the daemon's own parser (problems print as sluice lint prints them, exit 1),\n" +
 			"then sent with If-Match: the team's rules as read just before (or --if-version), so a change made\n" +
@@ -43,7 +43,7 @@ func diffCommand() *cli.Command {
 		Name:      "diff",
 		Usage:     "show what pushing FILE would change: exit 0 no difference, 3 differences, 1 invalid, 2 error",
 		ArgsUsage: "FILE",
-		Description: "Validates FILE as push does, then asks the service for a dry run of pushing it: the service\n" +
+		Description: "Validates FILE (\"-\": standard input) as push does, then asks the service for a dry run of pushing it: the service\n" +
 			"validates it too and says, rule by rule, what would be created, changed or deleted, and which\n" +
 			"changes would need --confirm. Nothing is stored. Exit 0 when the service holds exactly these\n" +
 			"rules, 3 when a push would change something (a CI check can require 0 after a deploy), 1 when\n" +
@@ -62,12 +62,26 @@ func pullCommand() *cli.Command {
 	}, pull)
 }
 
-// readTeamFile reads and validates a team's rules file with the daemon's
-// parser. Problems print on stderr as sluice lint prints them, and make it
-// return a refusal; a file that cannot be read is an error.
-func readTeamFile(stderr io.Writer, path string) (string, error) {
-	data, err := config.ReadRulesFile(path)
-	if err != nil {
+// readTeamFile reads and validates a team's rules file ("-": standard
+// input, named "stdin" in problems) with the daemon's parser. Problems print
+// on stderr as sluice lint prints them, and make it return a refusal; a file
+// that cannot be read is an error.
+func readTeamFile(c *cli.Context, path string) (string, error) {
+	stderr := c.App.ErrWriter
+	var (
+		data []byte
+		err  error
+	)
+	if path == "-" {
+		path = shownPath(path)
+		data, err = io.ReadAll(io.LimitReader(c.App.Reader, rulesapi.MaxBodyBytes+1))
+		if err == nil && len(data) > rulesapi.MaxBodyBytes {
+			err = fmt.Errorf("more than the service's cap of %d bytes", rulesapi.MaxBodyBytes)
+		}
+		if err != nil {
+			return "", fmt.Errorf("read the rules from standard input: %w", err)
+		}
+	} else if data, err = config.ReadRulesFile(path); err != nil {
 		return "", err
 	}
 	rules, err := config.ParseRules(path, data)
@@ -129,12 +143,20 @@ type wordedError struct {
 func (e *wordedError) Error() string { return e.msg }
 func (e *wordedError) Unwrap() error { return e.err }
 
+// shownPath is how a file argument is named in messages.
+func shownPath(path string) string {
+	if path == "-" {
+		return "stdin"
+	}
+	return path
+}
+
 func push(c *cli.Context, s *service) (int, error) {
 	if err := wantArgs(c, "FILE"); err != nil {
 		return exitError, err
 	}
-	path := c.Args().Get(0)
-	doc, err := readTeamFile(c.App.ErrWriter, path)
+	doc, err := readTeamFile(c, c.Args().Get(0))
+	path := shownPath(c.Args().Get(0))
 	if err != nil {
 		return exitError, err
 	}
@@ -173,8 +195,8 @@ func diff(c *cli.Context, s *service) (int, error) {
 	if err := wantArgs(c, "FILE"); err != nil {
 		return exitError, err
 	}
-	path := c.Args().Get(0)
-	doc, err := readTeamFile(c.App.ErrWriter, path)
+	doc, err := readTeamFile(c, c.Args().Get(0))
+	path := shownPath(c.Args().Get(0))
 	if err != nil {
 		return exitError, err
 	}

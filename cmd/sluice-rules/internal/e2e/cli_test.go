@@ -68,6 +68,13 @@ func TestCLIAgainstTheService(t *testing.T) {
 		t.Errorf("pushing back what was pulled:\n%s", out)
 	}
 	v := version()
+	// A generated file on standard input.
+	if code, out, _ := cliInput(t, team, "rules:\n  api:\n    rate: 100/1s\n  login:\n    rate: 5/1m\n", "rules", "diff", "-"); code != 0 || !strings.Contains(out, "no difference") {
+		t.Errorf("diff - : exit %d\n%s", code, out)
+	}
+	if code, _, errOut := cliInput(t, team, "rules:\n  api:\n    rate: x\n", "rules", "push", "-"); code != 1 || !strings.Contains(errOut, "stdin:3:11: rules.api.rate:") {
+		t.Errorf("push - of an invalid document: exit %d\n%s", code, errOut)
+	}
 
 	// Loosening by 10x: diff warns, push refuses without --confirm.
 	write("rules:\n  api:\n    rate: 1000/1s\n  login:\n    rate: 5/1m\n")

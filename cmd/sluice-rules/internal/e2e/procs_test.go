@@ -268,8 +268,15 @@ func (d *daemon) enforces(t *testing.T, rule string, limit int64) {
 // and returns its exit code and output.
 func cli(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return cliInput(t, env, "", args...)
+}
+
+// cliInput is cli with stdin on the CLI's standard input.
+func cliInput(t *testing.T, env []string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	cmd := exec.Command(bin.sluice, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
