@@ -28,9 +28,10 @@ func TestDoneWhenOnPostgreSQL(t *testing.T) {
 }
 
 // propagationBound is how long a change may take to reach a daemon in these
-// tests: generous, for a loaded machine. The daemons long-poll, so a change
-// normally arrives in milliseconds (the figures are logged, and measured in
-// TestPropagation); a daemon that missed it would wait for its 30 s poll.
+// tests: generous, for a loaded machine. A long-polling daemon gets a change
+// in milliseconds, the plainly polling one within its 1 s poll (the figures
+// are logged, and measured in TestPropagation); a long-polling daemon that
+// missed a change would wait for its 30 s poll and fail the test.
 const propagationBound = 10 * time.Second
 
 func doneWhen(t *testing.T, svc *rulesService) {
@@ -41,7 +42,10 @@ func doneWhen(t *testing.T, svc *rulesService) {
 	if out, _ := mustCLI(t, 0, admin, "rules", "status"); !strings.Contains(out, "serves version 0") {
 		t.Fatalf("sluice rules status: %s", out)
 	}
-	daemons := startDaemons(t, 3, svc.servedURL(), 30*time.Second, 30*time.Second)
+	// Two daemons long-poll (--rules-wait 30s), one polls plainly every
+	// second, as a daemon against any web server would.
+	daemons := append(startDaemons(t, "long", 2, svc.servedURL(), 30*time.Second, 30*time.Second),
+		startDaemons(t, "poll", 1, svc.servedURL(), time.Second, 0)...)
 	for _, d := range daemons {
 		if l := d.limit(t, "payments.api"); l != 0 {
 			t.Fatalf("daemon %s has payments.api (limit %d) before anyone made it", d.name, l)
@@ -70,7 +74,7 @@ func doneWhen(t *testing.T, svc *rulesService) {
 		t.Errorf("push printed:\n%s", out)
 	}
 	took := waitLimit(t, daemons, "payments.api", 5, pushed, propagationBound)
-	t.Logf("the pushed rule reached the three daemons in %v", took)
+	t.Logf("the pushed rule reached the daemons (long-poll, long-poll, 1 s poll) in %v", took)
 	for _, d := range daemons {
 		d.enforces(t, "payments.api", 5)
 	}
@@ -88,7 +92,7 @@ func doneWhen(t *testing.T, svc *rulesService) {
 	b.save()
 	saved := time.Now()
 	took = waitLimit(t, daemons, "payments.api", 7, saved, propagationBound)
-	t.Logf("the change made in the web page reached the three daemons in %v (from the page showing it saved)", took)
+	t.Logf("the change made in the web page reached the daemons (long-poll, long-poll, 1 s poll) in %v (from the page showing it saved)", took)
 	for _, d := range daemons {
 		d.enforces(t, "payments.api", 7)
 	}
@@ -105,7 +109,7 @@ func doneWhen(t *testing.T, svc *rulesService) {
 		t.Errorf("rollback printed:\n%s", out)
 	}
 	took = waitLimit(t, daemons, "payments.api", 5, rolled, propagationBound)
-	t.Logf("the rollback reached the three daemons in %v", took)
+	t.Logf("the rollback reached the daemons (long-poll, long-poll, 1 s poll) in %v", took)
 	for _, d := range daemons {
 		d.enforces(t, "payments.api", 5)
 	}

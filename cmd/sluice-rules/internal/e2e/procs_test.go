@@ -186,15 +186,16 @@ type daemon struct {
 	client *clientlib.Client
 }
 
-// startDaemons starts n sluiced processes polling rulesURL every interval,
-// long-polling with wait when it is not zero. They are not clustered: each
-// must get the rules from the service on its own.
-func startDaemons(t *testing.T, n int, rulesURL string, interval, wait time.Duration) []*daemon {
+// startDaemons starts n sluiced processes (named prefix1, prefix2, ...)
+// polling rulesURL every interval, long-polling with wait when it is not
+// zero. They are not clustered: each must get the rules from the service on
+// its own.
+func startDaemons(t *testing.T, prefix string, n int, rulesURL string, interval, wait time.Duration) []*daemon {
 	t.Helper()
 	dir := shortTempDir(t)
 	var ds []*daemon
 	for i := range n {
-		name := fmt.Sprintf("d%d", i+1)
+		name := fmt.Sprintf("%s%d", prefix, i+1)
 		sock := filepath.Join(dir, name+".sock")
 		args := []string{"--socket", sock, "--rules-url", rulesURL, "--rules-poll-interval", interval.String(),
 			"--admin-addr", "", "--node-name", name, "--log-level", "debug"}

@@ -59,7 +59,7 @@ func TestPropagation(t *testing.T) {
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			daemons := startDaemons(t, 3, svc.servedURL(), m.interval, m.wait)
+			daemons := startDaemons(t, "d", 3, svc.servedURL(), m.interval, m.wait)
 			waitLimit(t, daemons, "bench.api", limit, time.Now(), m.bound+m.interval)
 			var fromReturn, fromSend []time.Duration
 			for range propagationChanges {
