@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -158,6 +159,23 @@ func TestWebPageInChromium(t *testing.T) {
 	b.do("confirm and delete", clickCSS("#confirm"), clickCSS("#save"))
 	b.waitFor("the page says it deleted", `document.getElementById('notice').textContent.startsWith('Deleted login')`)
 	b.waitFor("the table no longer lists it", `document.querySelector('#rules tr[data-rule="login"]') === null`)
+
+	// Back to a chosen version from the history: the version the page
+	// saved above (api at 7/1h), its rules shown folded in its row.
+	row := fmt.Sprintf(`#history tr[data-version="%d"]`, saved.Version)
+	if doc := b.text(row + " details pre"); !strings.Contains(doc, "rate: 7/1h") {
+		t.Errorf("the history row of version %d does not hold the team's rules then: %q", saved.Version, doc)
+	}
+	b.do("go back to a version", clickCSS(row+" button.back"))
+	b.waitFor("the preview of going back shows", `!document.getElementById('rollback-preview').hidden`)
+	if d := b.text("#rollback-diff"); !strings.Contains(d, "-rate: 4/1h") || !strings.Contains(d, "+rate: 7/1h") {
+		t.Errorf("the preview of going back to version %d: %q", saved.Version, d)
+	}
+	b.do("go back", clickCSS("#rollback-do"))
+	b.waitFor("the page says it went back", `document.getElementById('notice').textContent.startsWith('Rolled back') || document.getElementById('error').textContent !== ''`)
+	if got, _, err := team.Rule(ctx, "web", "api"); err != nil || got.Spec != "rate: 7/1h\n" {
+		t.Errorf("after going back to version %d the service has %+v (%v); page: %s", saved.Version, got, err, b.pageState())
+	}
 
 	// Reloading the page keeps the tab signed in (session storage), with the
 	// token still out of the URL.

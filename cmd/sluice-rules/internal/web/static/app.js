@@ -176,15 +176,25 @@
     const { data } = await api('GET', teamPath(state.team, 'history') + '?limit=50');
     const body = $('history').tBodies[0];
     clear(body);
-    for (const h of data.entries || []) {
+    (data.entries || []).forEach((h, i) => {
+      // The team's rules as of this version, folded; and, for any but the
+      // newest, a way back to them.
+      const rules = el('details', { class: 'document' }, el('summary', {}, 'rules'), el('pre', {}, h.document || ''));
+      const actions = el('td', {}, rules);
+      if (i > 0) {
+        const back = el('button', { type: 'button', class: 'back', 'data-version': h.version }, 'Back to this version…');
+        back.addEventListener('click', () => previewRollback(h.version));
+        actions.append(back);
+      }
       body.append(el('tr', { 'data-version': h.version, 'data-action': h.action, 'data-rule': h.rule || '' },
         el('td', {}, String(h.version)),
         el('td', {}, (h.at || '').replace('T', ' ').replace(/\.\d+/, '').replace('Z', '')),
         el('td', {}, h.actor),
         el('td', {}, h.token_id || '-'),
         el('td', {}, h.action),
-        el('td', {}, h.rule || '-')));
-    }
+        el('td', {}, h.rule || '-'),
+        actions));
+    });
     $('rollback').disabled = (data.entries || []).length === 0;
   }
 
@@ -348,18 +358,22 @@
 
   // --- rollback
 
-  async function previewRollback() {
+  // previewRollback shows what going back would change: one step, or to
+  // the team's rules as of toVersion.
+  async function previewRollback(toVersion) {
     closeEditor();
     closeRollback();
     showError('');
     showNotice('');
     const etag = $('rules').getAttribute('data-etag') || '';
     const headers = etag ? { 'If-Match': etag } : {};
+    const body = toVersion ? { to_version: toVersion } : {};
+    $('rollback-title').textContent = toVersion ? 'Going back to version ' + toVersion + ' changes this' : 'Rolling back the latest change changes this';
     try {
-      const { data } = await api('POST', teamPath(state.team, 'rollback') + query({ dryRun: true }), {}, headers);
+      const { data } = await api('POST', teamPath(state.team, 'rollback') + query({ dryRun: true }), body, headers);
       showPreview($('rollback-diff'), $('rollback-loosenings'), data);
       const loosens = (data.loosenings || []).length > 0;
-      state.rollback = { etag, loosens };
+      state.rollback = { etag, loosens, body };
       $('rollback-confirm-box').hidden = !loosens;
       $('rollback-do').disabled = !data.changed;
       if (!data.changed) $('rollback-diff').append(el('p', {}, 'Rolling back changes nothing.'));
@@ -390,7 +404,7 @@
     }
     const headers = rb.etag ? { 'If-Match': rb.etag } : {};
     try {
-      const { data } = await api('POST', teamPath(state.team, 'rollback') + query({ confirm: rb.loosens }), {}, headers);
+      const { data } = await api('POST', teamPath(state.team, 'rollback') + query({ confirm: rb.loosens }), rb.body, headers);
       closeRollback();
       showNotice('Rolled back: version ' + data.version + '.');
       await Promise.all([loadRules(), loadHistory()]);
@@ -432,7 +446,7 @@
     $('cancel').addEventListener('click', closeEditor);
     $('edit-spec').addEventListener('input', resetPreview);
     $('edit-name').addEventListener('input', resetPreview);
-    $('rollback').addEventListener('click', () => previewRollback());
+    $('rollback').addEventListener('click', () => previewRollback(0));
     $('rollback-do').addEventListener('click', () => doRollback());
     $('rollback-cancel').addEventListener('click', closeRollback);
     const saved = sessionStorage.getItem(TOKEN_KEY);
