@@ -326,6 +326,20 @@ func TestTeamDocumentPushIsIdempotent(t *testing.T) {
 		if doc, _ := served(t, e); doc != "rules: {}\n" {
 			t.Fatalf("served after team delete: %q", doc)
 		}
+		log, err := e.admin.Audit(ctx, rulesapi.AuditQuery{Team: "pay", Limit: 2})
+		if err != nil || log.Entries[0].Action != rulesapi.ActionTeamDelete || log.Entries[1].Action == rulesapi.ActionTeamDelete ||
+			!strings.Contains(log.Entries[0].Before, "api:") || log.Entries[0].After != "rules: {}\n" {
+			t.Fatalf("audit of the team's deletion: %+v %v", log.Entries, err)
+		}
+		if _, err := e.admin.CreateTeam(ctx, "empty"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.admin.DeleteTeam(ctx, "empty", false); err != nil {
+			t.Fatalf("delete a team without rules: %v", err)
+		}
+		if log, err := e.admin.Audit(ctx, rulesapi.AuditQuery{Team: "empty", Limit: 5}); err != nil || len(log.Entries) != 2 || log.Entries[0].Action != rulesapi.ActionTeamDelete {
+			t.Fatalf("audit of the empty team's deletion: %+v %v", log.Entries, err)
+		}
 	})
 }
 
