@@ -159,6 +159,14 @@ func TestAuthorization(t *testing.T) {
 		if r, _, err := pay.Rule(ctx, "pay", "api"); err != nil || r.Spec != "rate: 10/1s\n" {
 			t.Fatalf("pay.api changed: %+v %v", r, err)
 		}
+		// Nor can a spec smuggle a rule of another team into the served
+		// document, whatever line breaks it uses.
+		for _, brk := range []string{"\r", "\u0085", "\u2028"} {
+			pay.PutRule(ctx, "pay", "sneak", "rate: 1/1s"+brk+"  web.api: {rate: 1000000/1s}", rulesapi.ChangeOptions{Confirm: true})
+			if doc, _ := served(t, e); strings.Contains(doc, "web.api") {
+				t.Fatalf("break %q smuggled a rule of team web:\n%s", brk, doc)
+			}
+		}
 		// The audit log a team reads is its own.
 		log, err := web.Audit(ctx, rulesapi.AuditQuery{Team: "pay"})
 		if err != nil {
