@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/server"
 	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/store"
+	"github.com/sluicelabs/sluice/internal/buildinfo"
 )
 
 // DefaultListen is where the service listens unless told otherwise:
@@ -33,6 +34,7 @@ type options struct {
 	loosenFactor   float64
 	logLevel       string
 	shutdownWait   time.Duration
+	version        bool
 }
 
 // defaultDataDir is $XDG_STATE_HOME/sluice-rules, else
@@ -47,8 +49,9 @@ func defaultDataDir() string {
 	return "sluice-rules-data"
 }
 
+// env returns SLUICE_RULES_<name>, or def when it is unset or empty.
 func env(name, def string) string {
-	if v, ok := os.LookupEnv("SLUICE_RULES_" + name); ok {
+	if v := os.Getenv("SLUICE_RULES_" + name); v != "" {
 		return v
 	}
 	return def
@@ -73,6 +76,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.Float64Var(&o.loosenFactor, "loosen-factor", factor, "a change raising a rate or burst more than this many times, or removing limits, needs confirm=true (env SLUICE_RULES_LOOSEN_FACTOR)")
 	fs.StringVar(&o.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_RULES_LOG_LEVEL)")
 	fs.DurationVar(&o.shutdownWait, "shutdown-wait", wait, "how long a shutdown waits for requests in flight (env SLUICE_RULES_SHUTDOWN_WAIT)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -88,13 +92,17 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 // run starts the service and serves until ctx ends, then shuts down
 // gracefully: long-polls answer at once, requests in flight get
 // --shutdown-wait to finish, the database is closed.
-func run(ctx context.Context, args []string, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "sluice-rules version "+buildinfo.Get().String())
+		return nil
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {

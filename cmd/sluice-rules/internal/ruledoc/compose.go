@@ -31,10 +31,15 @@ func CheckName(what, name string) error {
 // ServedName is a rule's name in the served document.
 func ServedName(team, rule string) string { return team + "." + rule }
 
-// NormalizeSpec trims a spec's surrounding blank space and ends it with
-// one newline.
+// lineBreaks turns every line break YAML knows (CR LF, CR, NEL, LS, PS)
+// into LF, so that Compose indents every line the parser will see: a break
+// it did not split on would start a line at column 0, outside the rule.
+var lineBreaks = strings.NewReplacer("\r\n", "\n", "\r", "\n", "\u0085", "\n", "\u2028", "\n", "\u2029", "\n")
+
+// NormalizeSpec makes every line break LF, trims the spec's surrounding
+// blank space and ends it with one newline.
 func NormalizeSpec(spec string) string {
-	return strings.TrimSpace(strings.ReplaceAll(spec, "\r\n", "\n")) + "\n"
+	return strings.TrimSpace(lineBreaks.Replace(spec)) + "\n"
 }
 
 // Entry is one rule of a document: its name in the document and its spec.
@@ -81,6 +86,16 @@ func ServedDocument(rules []rulesapi.Rule) (string, *config.Rules, error) {
 	parsed, err := config.ParseRules("sluice-rules", []byte(doc))
 	if err != nil {
 		return "", nil, fmt.Errorf("served document: %w", err)
+	}
+	// The document holds exactly the rules it was composed from: no spec
+	// added, hid or renamed one (another team's, say).
+	if len(parsed.ByName) != len(entries) {
+		return "", nil, fmt.Errorf("served document: %d rules parsed from %d stored", len(parsed.ByName), len(entries))
+	}
+	for _, e := range entries {
+		if parsed.ByName[e.Name] == nil {
+			return "", nil, fmt.Errorf("served document: rule %s missing after parsing", e.Name)
+		}
 	}
 	return doc, parsed, nil
 }
@@ -190,9 +205,12 @@ func ParseSpec(team, rule, spec string) (*config.Rule, error) {
 		}
 		return nil, &InvalidError{Problems: problems(err, ruleOf, -2, -4)}
 	}
+	// Exactly the one rule: a spec that reached outside its rule (it
+	// cannot, being indented line by line, but this is the check that
+	// counts) would define others.
 	r := parsed.ByName[served]
-	if r == nil {
-		return nil, &InvalidError{Problems: []rulesapi.FieldProblem{{Rule: rule, Message: "the spec defines no rule"}}}
+	if r == nil || len(parsed.ByName) != 1 {
+		return nil, &InvalidError{Problems: []rulesapi.FieldProblem{{Rule: rule, Message: "the spec must define this rule's fields only"}}}
 	}
 	return r, nil
 }

@@ -172,3 +172,23 @@ func TestDiff(t *testing.T) {
 		t.Errorf("Diff from empty = %q", got)
 	}
 }
+
+// TestSpecCannotReachOutsideItsRule: whatever line breaks a spec holds,
+// it defines its own rule's fields only, and the served document holds
+// exactly the stored rules (no rule of another team smuggled in).
+func TestSpecCannotReachOutsideItsRule(t *testing.T) {
+	for _, brk := range []string{"\n", "\r", "\r\n", "\u0085", "\u2028", "\u2029"} {
+		for _, spec := range []string{
+			"rate: 1/1s" + brk + "  web.api: {rate: 1000000/1s}",
+			"rate: 1/1s" + brk + "web.login: {rate: 1000000/1s}",
+		} {
+			if r, err := ParseSpec("pay", "api", spec); err == nil && r.Limits[0].Count() != 1 {
+				t.Errorf("break %q: spec %q parsed as %+v", brk, spec, r)
+			}
+			doc, parsed, err := ServedDocument([]rulesapi.Rule{{Team: "pay", Name: "api", Spec: spec}})
+			if err == nil && (len(parsed.ByName) != 1 || parsed.ByName["web.api"] != nil) {
+				t.Errorf("break %q: served document with smuggled rules:\n%s", brk, doc)
+			}
+		}
+	}
+}

@@ -54,7 +54,7 @@ type teamChange struct {
 	want func(ctx context.Context, tx *store.Tx, rules map[string]rulesapi.Rule) (desired, error)
 	// after runs in the transaction after the rules are written (deleting
 	// a team); nil: nothing.
-	after func(ctx context.Context, tx *store.Tx, version int64) error
+	after func(ctx context.Context, tx *store.Tx, version int64, changed bool) error
 	// alwaysAfter runs after (and records the action) even when the
 	// team's rules do not change (deleting a team without rules).
 	alwaysAfter bool
@@ -214,7 +214,7 @@ func (s *Server) apply(ctx context.Context, a actor, tc teamChange) (rulesapi.Ch
 			res.Version, res.ETag = newVersion, rulesapi.VersionETag(newVersion)
 		}
 		if tc.after != nil {
-			return tc.after(ctx, tx, newVersion)
+			return tc.after(ctx, tx, newVersion, res.Changed)
 		}
 		return nil
 	})

@@ -136,12 +136,12 @@ func (s *Server) deleteTeam(w http.ResponseWriter, r *http.Request, a actor) err
 		want: func(context.Context, *store.Tx, map[string]rulesapi.Rule) (desired, error) {
 			return desired{specs: map[string]string{}, parsed: map[string]*config.Rule{}}, nil
 		},
-		after: func(ctx context.Context, tx *store.Tx, version int64) error {
-			if opts.dryRun {
-				return nil
-			}
+		after: func(ctx context.Context, tx *store.Tx, version int64, changed bool) error {
 			if err := tx.DeleteTeam(ctx, team); err != nil {
 				return err
+			}
+			if changed {
+				return nil // audited with the team's rules before and after
 			}
 			return tx.AddAudit(ctx, rulesapi.AuditEntry{At: s.now(), Actor: a.String(), TokenID: a.tokenID, Action: rulesapi.ActionTeamDelete, Team: team, Version: version, Before: "team " + team})
 		},

@@ -159,6 +159,14 @@ func TestAuthorization(t *testing.T) {
 		if r, _, err := pay.Rule(ctx, "pay", "api"); err != nil || r.Spec != "rate: 10/1s\n" {
 			t.Fatalf("pay.api changed: %+v %v", r, err)
 		}
+		// Nor can a spec smuggle a rule of another team into the served
+		// document, whatever line breaks it uses.
+		for _, brk := range []string{"\r", "\u0085", "\u2028"} {
+			pay.PutRule(ctx, "pay", "sneak", "rate: 1/1s"+brk+"  web.api: {rate: 1000000/1s}", rulesapi.ChangeOptions{Confirm: true})
+			if doc, _ := served(t, e); strings.Contains(doc, "web.api") {
+				t.Fatalf("break %q smuggled a rule of team web:\n%s", brk, doc)
+			}
+		}
 		// The audit log a team reads is its own.
 		log, err := web.Audit(ctx, rulesapi.AuditQuery{Team: "pay"})
 		if err != nil {
@@ -325,6 +333,20 @@ func TestTeamDocumentPushIsIdempotent(t *testing.T) {
 		}
 		if doc, _ := served(t, e); doc != "rules: {}\n" {
 			t.Fatalf("served after team delete: %q", doc)
+		}
+		log, err := e.admin.Audit(ctx, rulesapi.AuditQuery{Team: "pay", Limit: 2})
+		if err != nil || log.Entries[0].Action != rulesapi.ActionTeamDelete || log.Entries[1].Action == rulesapi.ActionTeamDelete ||
+			!strings.Contains(log.Entries[0].Before, "api:") || log.Entries[0].After != "rules: {}\n" {
+			t.Fatalf("audit of the team's deletion: %+v %v", log.Entries, err)
+		}
+		if _, err := e.admin.CreateTeam(ctx, "empty"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.admin.DeleteTeam(ctx, "empty", false); err != nil {
+			t.Fatalf("delete a team without rules: %v", err)
+		}
+		if log, err := e.admin.Audit(ctx, rulesapi.AuditQuery{Team: "empty", Limit: 5}); err != nil || len(log.Entries) != 2 || log.Entries[0].Action != rulesapi.ActionTeamDelete {
+			t.Fatalf("audit of the empty team's deletion: %+v %v", log.Entries, err)
 		}
 	})
 }
