@@ -121,7 +121,7 @@ func parseReadmeBlocks(text string) ([]readmeBlock, []error) {
 			pending = &b
 			continue
 		}
-		if strings.Contains(line, "readme-test") {
+		if strings.HasPrefix(trimmed, "<!--") && strings.Contains(trimmed, "readme-test") {
 			errs = append(errs, fmt.Errorf("README.md:%d: a malformed marker (want <!-- readme-test: ACTION [ARG] [-- REASON] --> on a line of its own)", n))
 		}
 		if trimmed == "" {

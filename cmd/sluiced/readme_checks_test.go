@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -105,9 +106,16 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/sluicelabs/sluice/clientlib"
 )
 
 func TestReadmeService(t *testing.T) {
+	// The program's client, with a deadline a loaded test machine meets:
+	// what is tested here is the handler, not the 5 ms default.
+	limiter.Close()
+	limiter = clientlib.New(clientlib.Options{Timeout: 10 * time.Second})
+	defer limiter.Close()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(15 * time.Second)
@@ -157,7 +165,8 @@ import (
 func TestReadmeMiddleware(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	c, err := clientlib.Dial(ctx, clientlib.Options{SocketPath: os.Getenv("SLUICE_SOCKET")})
+	// A deadline a loaded test machine meets (the program's is the 5 ms default).
+	c, err := clientlib.Dial(ctx, clientlib.Options{SocketPath: os.Getenv("SLUICE_SOCKET"), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +221,7 @@ func readmeGoMiddleware(t *testing.T, e *readmeEnv, b readmeBlock) {
 // readmeGoTest runs the driver test beside one README program.
 func readmeGoTest(t *testing.T, e *readmeEnv, name, sock string) {
 	t.Helper()
-	cmd := exec.Command("go", "test", "-count=1", "./"+e.goDirs[name])
+	cmd := exec.Command("go", "test", "-count=1", "-timeout=2m", "./"+e.goDirs[name])
 	cmd.Dir = e.gomod
 	cmd.Env = append(readmeGoEnv(), "SLUICE_SOCKET="+sock)
 	out, err := cmd.CombinedOutput()
@@ -251,8 +260,10 @@ func readmePython(t *testing.T, e *readmeEnv, b readmeBlock, driver string) stri
 	_, sock := startReadmeDaemon(t, e, "--rules", "rules.yaml")
 	dir := tempDir(t)
 	write(t, filepath.Join(dir, "block.py"), b.Body)
-	write(t, filepath.Join(dir, "driver.py"), driver)
-	cmd := exec.Command(py, filepath.Join(dir, "driver.py"), filepath.Join(dir, "block.py"))
+	write(t, filepath.Join(dir, "driver.py"), readmePyPrelude+driver)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, filepath.Join(dir, "driver.py"), filepath.Join(dir, "block.py"))
 	cmd.Dir = e.dir
 	cmd.Env = append(readmeBinEnv(e, "SLUICE_SOCKET="+sock), "PYTHONPATH="+filepath.Join(e.repo, "clientlib", "python"))
 	var stderr strings.Builder
@@ -263,6 +274,38 @@ func readmePython(t *testing.T, e *readmeEnv, b readmeBlock, driver string) stri
 	}
 	return string(out)
 }
+
+// readmePyPrelude starts every Python driver: a hung driver prints where
+// it hangs and exits, and the clients the README's blocks make get a
+// deadline a loaded test machine meets (the blocks use the 5 ms default).
+const readmePyPrelude = `
+import faulthandler, sys
+faulthandler.dump_traceback_later(60, exit=True)
+
+import sluice, sluice.aio
+
+def _generous(cls):
+    init = cls.__init__
+    def patched(self, options=None, **kw):
+        if options is None:
+            kw.setdefault("timeout", 10.0)
+        init(self, options, **kw)
+    cls.__init__ = patched
+
+_generous(sluice.Client)
+_generous(sluice.aio.AsyncClient)
+
+async def bounded_close(client):
+    # AsyncClient.close() can hang on Python 3.11 when it cancels the
+    # reconnect task inside asyncio.wait_for (which may swallow the
+    # cancellation): bounded here, and said on stderr, not a failure of
+    # the README's example.
+    import asyncio
+    try:
+        await asyncio.wait_for(client.close(), 5)
+    except asyncio.TimeoutError:
+        print("AsyncClient.close() did not return within 5 s", file=sys.stderr)
+`
 
 // readmePyWait is Python that waits (bounded) until a client is connected.
 const readmePyWait = `
@@ -304,7 +347,7 @@ async def main():
     if r is not None:
         await r
     print(ns["d"].allowed, ns["d"].failed_open)
-    await ns["limiter"].close()
+    await bounded_close(ns["limiter"])
 
 asyncio.run(main())
 `)
@@ -354,7 +397,7 @@ async def asgi_call():
         await asyncio.sleep(0.005)
     sent.clear()
     await h(scope, receive, send)
-    await h.limiter.client.close()
+    await bounded_close(h.limiter.client)
     limited = any(k.lower() == b"x-ratelimit-limit" for k, _ in sent[0]["headers"])
     return "%d %s" % (sent[0]["status"], "limited" if limited else "unlimited")
 
