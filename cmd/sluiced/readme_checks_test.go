@@ -439,6 +439,47 @@ func readmeProxyBuiltin(t *testing.T, e *readmeEnv, b readmeBlock) {
 	}
 }
 
+// The daemon and the sidecar proxy as the README starts them (the proxy
+// told the daemon's socket, ports replaced), in front of a service.
+func readmeProxySidecar(t *testing.T, e *readmeEnv, b readmeBlock) {
+	cmds := readmeCommands(b.Body)
+	if len(cmds) != 2 || !strings.HasSuffix(cmds[0], "&") {
+		t.Fatalf("%s: want a daemon started in the background and a proxy, found %q", b, cmds)
+	}
+	_, sock := startReadmeDaemon(t, e, readmeSluicedArgs(t, b, cmds[0])...)
+	_, _, app, served := forwardAuthFixture(t, 1)
+	listen := "127.0.0.1:" + freePort(t)
+	args := readmeSluicedArgs(t, b, cmds[1], "0.0.0.0:8081", listen, "http://127.0.0.1:8080", app.URL)
+	if len(args) == 0 || args[0] != "proxy" {
+		t.Fatalf("%s: want sluiced proxy, found %q", b, cmds[1])
+	}
+	cmd := exec.Command(binary, append(args, "--socket", sock)...)
+	cmd.Dir, cmd.Env = e.dir, readmeBinEnv(e)
+	p := startProc(t, cmd)
+	var code int
+	var limit string
+	eventually(t, "the sidecar proxy answers", func() bool {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("%s: sluiced proxy exited: %v\n%s", b, err, p.stderr.String())
+		default:
+		}
+		req, _ := http.NewRequest("GET", "http://"+listen+"/items", nil)
+		req.Header.Set("X-API-Key", "sidecar-key")
+		resp, err := httpAPIClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		code, limit = resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit")
+		return true
+	})
+	if code != 200 || limit != "100" || served.Load() != 1 {
+		t.Fatalf("%s: GET /items through sluiced proxy: %d, X-Ratelimit-Limit %q, the service saw %d", b, code, limit, served.Load())
+	}
+}
+
 // The decision API as the README starts it (port replaced) answers.
 func readmeHTTPListen(t *testing.T, e *readmeEnv, b readmeBlock) {
 	addr := "127.0.0.1:" + freePort(t)

@@ -33,13 +33,14 @@ import (
 // readmeEnv is what the blocks share: the scratch directory holding the
 // README's files, the binaries, and what one block leaves for the next.
 type readmeEnv struct {
-	readme string // the README's text
-	repo   string // the checkout's root
-	dir    string // scratch directory: the README's files
-	bin    string // directory holding sluiced and sluice
-	rules  *config.Rules
-	gomod  string            // the module the README's Go blocks are built in
-	goDirs map[string]string // run name → package directory (relative to gomod)
+	readme  string // the README's text
+	repo    string // the checkout's root
+	dir     string // scratch directory: the README's files
+	bin     string // directory holding sluiced and sluice
+	rules   *config.Rules
+	gomod   string            // the module the README's Go blocks are built in
+	goBuilt bool              // whether the go subtest built it
+	goDirs  map[string]string // run name → package directory (relative to gomod)
 }
 
 // readmeChecks run the blocks marked "run NAME", in README order.
@@ -55,6 +56,7 @@ var readmeChecks = map[string]func(t *testing.T, e *readmeEnv, b readmeBlock){
 	"python-middleware": readmePythonMiddleware,
 	"lint":              readmeLint,
 	"proxy-builtin":     readmeProxyBuiltin,
+	"proxy-sidecar":     readmeProxySidecar,
 	"http-listen":       readmeHTTPListen,
 	"http-check":        readmeHTTPCheck,
 	"http-auth":         readmeHTTPAuth,
@@ -116,17 +118,15 @@ func TestReadmeExamples(t *testing.T) {
 		}
 	})
 	t.Run("go", func(t *testing.T) {
-		if !readmeGoBuild(t, e, blocks) {
-			e.gomod = ""
-		}
+		e.goBuilt = readmeGoBuild(t, e, blocks)
 	})
 	for _, b := range blocks {
 		if b.Action != "run" {
 			continue
 		}
 		t.Run(b.Arg, func(t *testing.T) {
-			if strings.HasPrefix(b.Arg, "go-") && e.gomod == "" {
-				t.Skip("the Go module was not built (see the go subtest)")
+			if strings.HasPrefix(b.Arg, "go-") && !e.goBuilt {
+				t.Skip("the README's Go module was not built (the go subtest failed or did not run)")
 			}
 			readmeChecks[b.Arg](t, e, b)
 		})
@@ -421,11 +421,19 @@ func readmeArgs(t *testing.T, b readmeBlock, replace ...string) []string {
 	if len(cmds) != 1 {
 		t.Fatalf("%s: want one command, found %d", b, len(cmds))
 	}
-	line := strings.NewReplacer(replace...).Replace(cmds[0])
+	return readmeSluicedArgs(t, b, cmds[0], replace...)
+}
+
+// readmeSluicedArgs splits one sluiced command line (no quoting, a
+// trailing comment or & allowed) into its arguments.
+func readmeSluicedArgs(t *testing.T, b readmeBlock, cmd string, replace ...string) []string {
+	t.Helper()
+	line := strings.NewReplacer(replace...).Replace(cmd)
 	line, _, _ = strings.Cut(line, "#")
+	line = strings.TrimSuffix(strings.TrimSpace(line), "&")
 	f := strings.Fields(line)
 	if len(f) == 0 || f[0] != "sluiced" {
-		t.Fatalf("%s: want a sluiced command, found %q", b, cmds[0])
+		t.Fatalf("%s: want a sluiced command, found %q", b, cmd)
 	}
 	return f[1:]
 }
