@@ -85,7 +85,7 @@ func TestReadmeExamples(t *testing.T) {
 	for _, b := range blocks {
 		if b.Action == "run" {
 			if readmeChecks[b.Arg] == nil {
-				t.Errorf("%s: no check named %q in readme_test.go", b, b.Arg)
+				t.Errorf("%s: no check named %q in readmeChecks (readme_test.go)", b, b.Arg)
 			}
 			used[b.Arg]++
 		}
