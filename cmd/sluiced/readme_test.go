@@ -117,6 +117,15 @@ func TestReadmeExamples(t *testing.T) {
 			}
 		}
 	})
+	t.Run("flags", func(t *testing.T) {
+		n := 0
+		for _, b := range blocks {
+			if b.Action != "skip" && (b.Lang == "sh" || b.Lang == "console") {
+				n += readmeFlags(t, e, b)
+			}
+		}
+		t.Logf("%d flags on sluiced and sluice command lines are the binaries' own", n)
+	})
 	t.Run("go", func(t *testing.T) {
 		e.goBuilt = readmeGoBuild(t, e, blocks)
 	})
@@ -206,6 +215,63 @@ func readmeSyntax(t *testing.T, b readmeBlock) {
 	default:
 		t.Errorf("%s: no syntax check for ```%s: run it, or skip it with a reason", b, b.Lang)
 	}
+}
+
+// readmeFlags checks that every --flag a sluiced or sluice command line of
+// the block passes is one the built binary lists in its --help (for the
+// subcommand it names), so a block only syntax-checked still names real
+// flags.
+func readmeFlags(t *testing.T, e *readmeEnv, b readmeBlock) (checked int) {
+	t.Helper()
+	body := b.Body
+	if b.Lang == "console" {
+		var cmds []string
+		for _, s := range readmeTranscript(body) {
+			cmds = append(cmds, s.cmd)
+		}
+		body = strings.Join(cmds, "\n")
+	}
+	for _, line := range readmeCommands(body) {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(strings.NewReplacer("[", " ", "]", " ", "&", " ", "(", " ", ")", " ").Replace(line))
+		for len(f) > 0 && strings.Contains(f[0], "=") && !strings.HasPrefix(f[0], "-") {
+			f = f[1:] // VAR=value before the command
+		}
+		if len(f) == 0 || (f[0] != "sluiced" && f[0] != "sluice") {
+			continue
+		}
+		help := e.help(t, f[0], "")
+		if len(f) > 1 && !strings.HasPrefix(f[1], "-") && (f[0] == "sluice" || f[1] == "proxy") {
+			help += e.help(t, f[0], f[1])
+		}
+		for _, w := range f[1:] {
+			name, ok := strings.CutPrefix(w, "--")
+			if !ok || name == "" {
+				continue
+			}
+			name, _, _ = strings.Cut(name, "=")
+			checked++
+			if !regexp.MustCompile(`--` + regexp.QuoteMeta(name) + `([^a-z0-9-]|$)`).MatchString(help) {
+				t.Errorf("%s: %q passes --%s, which %s does not list in its --help", b, line, name, strings.Join(f[:min(2, len(f))], " "))
+			}
+		}
+	}
+	return checked
+}
+
+// help is the --help of a built binary ("sluiced" or "sluice") or of one
+// of its subcommands.
+func (e *readmeEnv) help(t *testing.T, bin, sub string) string {
+	t.Helper()
+	args := []string{"--help"}
+	if sub != "" {
+		args = []string{sub, "--help"}
+	}
+	out, err := exec.Command(filepath.Join(e.bin, bin), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", bin, args, err, out)
+	}
+	return string(out)
 }
 
 // readmeGoBuild builds every Go block in one module, made as the README
