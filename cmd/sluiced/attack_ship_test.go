@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 
 	"os"
 	"os/exec"
@@ -433,8 +434,12 @@ func testJoinThroughAName(t *testing.T, later bool) {
 // (the downward-API variables filled in, the mount paths moved under a
 // temporary directory, the ports made free ones), as its uid with the pod's
 // fsGroup, on a directory made like the emptyDir, the ConfigMap's rules and a
-// key file made like the Secret's. It must serve: the probes' /readyz and
-// /healthz on the metrics address, and a check from the app's uid.
+// key file made like the Secret's, and the container's literal environment
+// (GOMEMLIMIT). It must serve: the probes' /readyz and /healthz on the
+// metrics address, and a check from the app's uid. Then the example's app
+// container (a stand-in: sluiced proxy) runs with its own arguments and
+// environment as the app's user, and answers through the sidecar until the
+// "default" rule's burst is spent.
 func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the daemon and the app run as the pod's users")
@@ -448,12 +453,19 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 		Spec struct {
 			Template struct {
 				Spec struct {
-					InitContainers []struct{ Args []string } `yaml:"initContainers"`
+					InitContainers []struct {
+						Args []string
+						Env  []struct{ Name, Value string }
+					} `yaml:"initContainers"`
+					Containers []struct {
+						Args []string
+						Env  []struct{ Name, Value string }
+					}
 				}
 			}
 		}
 	}
-	if err := yaml.Unmarshal(data, &dep); err != nil || len(dep.Spec.Template.Spec.InitContainers) != 1 {
+	if err := yaml.Unmarshal(data, &dep); err != nil || len(dep.Spec.Template.Spec.InitContainers) != 1 || len(dep.Spec.Template.Spec.Containers) != 1 {
 		t.Fatalf("deployment.yaml: %v", err)
 	}
 	cmData, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "configmap-rules.yaml"))
@@ -516,6 +528,11 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 	cmd := exec.Command(daemonBin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sidecarUID, Gid: sidecarUID, Groups: []uint32{fsGroup}}}
 	cmd.Env = []string{}
+	for _, e := range dep.Spec.Template.Spec.InitContainers[0].Env {
+		if e.Value != "" { // the literal ones (GOMEMLIMIT); the downward API's are in the arguments above
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+	}
 	p := startProc(t, cmd)
 	eventually(t, "the sidecar's probes pass", func() bool {
 		select {
@@ -539,4 +556,40 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 	if out, err := app.CombinedOutput(); err != nil {
 		t.Fatalf("the app's check: %v\n%s", err, out)
 	}
+
+	// The example's app container itself, a stand-in (sluiced proxy) run
+	// with its arguments and environment as its user: it answers through
+	// the sidecar's socket, and refuses past the "default" rule's burst.
+	spec := dep.Spec.Template.Spec.Containers[0]
+	listen := "127.0.0.1:" + freePort(t)
+	var appArgs []string
+	for _, a := range spec.Args {
+		appArgs = append(appArgs, strings.NewReplacer("0.0.0.0:8080", listen, "127.0.0.1:9465", metrics).Replace(a))
+	}
+	proxyCmd := exec.Command(daemonBin, appArgs...)
+	proxyCmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: appUID, Gid: appUID, Groups: []uint32{fsGroup}}}
+	proxyCmd.Env = []string{}
+	for _, e := range spec.Env {
+		v := strings.ReplaceAll(e.Value, "/run/sluice", filepath.Join(root, "run", "sluice"))
+		proxyCmd.Env = append(proxyCmd.Env, e.Name+"="+v)
+	}
+	pp := startProc(t, proxyCmd)
+	var codes []int
+	eventually(t, "the stand-in app answers, then refuses past the burst", func() bool {
+		select {
+		case err := <-pp.exited:
+			pp.exited <- err
+			t.Fatalf("the app container's proxy exited: %v\n%s", err, pp.stderr.String())
+		default:
+		}
+		code, _ := adminRequest(t, "GET", "http://"+listen+"/healthz", "", nil, "")
+		if code != 0 {
+			codes = append(codes, code)
+		}
+		return code == http.StatusTooManyRequests
+	})
+	if !slices.Contains(codes, http.StatusOK) || strings.Contains(pp.stderr.String(), "failing open") {
+		t.Fatalf("the stand-in app's answers %v (want 200s through the sidecar, then 429); its log:\n%s", codes, pp.stderr.String())
+	}
+	t.Logf("the stand-in app answered %v", codes)
 }
