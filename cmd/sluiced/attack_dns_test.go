@@ -190,12 +190,10 @@ func assertLogged(t *testing.T, line string, nodes ...*netnsNode) {
 // three end in one cluster.
 func TestDNSPodsStartedInAnyOrderFormOneCluster(t *testing.T) {
 	d := newDNSLab(t)
-	hosts := map[string]*netnstest.Host{}
 	var started []*netnstest.Host
 	var nodes []*netnsNode
 	for _, name := range []string{"pod-c", "pod-a", "pod-b"} {
 		h := d.pod(t)
-		hosts[name] = h
 		started = append(started, h)
 		d.set(started...)
 		nodes = append(nodes, d.start(t, h, name))
