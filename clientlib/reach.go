@@ -174,10 +174,15 @@ func examinePathAs(me identity, path, why string) *ReachError {
 		}
 		if ok, known := me.may(fi, 0o1); known && !ok {
 			uid, gid, _ := fileOwner(fi)
+			fix := fmt.Sprintf("let this user search %s (chmod o+x %s, or add the user to group %d and chmod g+x), or serve the socket from a directory it can reach (sluiced --socket); the directory's owner is uid %d",
+				d, d, gid, uid)
+			if fi.Mode().Perm()&0o010 != 0 { // the group may search it already: a service joins the group
+				fix = fmt.Sprintf("add this user to group %d (the directory's group, which may search it), or serve the socket from a directory it can reach (sluiced --socket); the directory's owner is uid %d",
+					gid, uid)
+			}
 			return &ReachError{Path: path, Cause: "permission denied", Err: fmt.Errorf("%w: %w", ErrDaemonDown, fs.ErrPermission),
 				Detail: fmt.Sprintf("the directory %s is %s; this process runs as %s and cannot search it", d, describe(fi), me),
-				Fix: fmt.Sprintf("let this user search %s (chmod o+x %s, or add the user to group %d and chmod g+x), or serve the socket from a directory it can reach (sluiced --socket); the directory's owner is uid %d",
-					d, d, gid, uid)}
+				Fix:    fix}
 		}
 	}
 	fi, err := os.Stat(path)

@@ -98,6 +98,8 @@ func TestPermissionProblemsAreExplained(t *testing.T) {
 	os.Chmod(dir, 0o755)
 	closed := filepath.Join(dir, "closed")
 	os.Mkdir(closed, 0o700)
+	group := filepath.Join(dir, "group") // as systemd's RuntimeDirectory= with a Group=
+	os.Mkdir(group, 0o750)
 	sock := filepath.Join(dir, "d.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -113,6 +115,7 @@ func TestPermissionProblemsAreExplained(t *testing.T) {
 	}{
 		{"socket not writable", sock, other, []string{"permission denied", "the socket is mode 0660 owned by uid 0 gid 0", "runs as uid 1000 gids [1000 27]", "add this user to group 0", "--socket-mode 0666", "--allow-uid 1000"}},
 		{"directory not searchable", filepath.Join(closed, "d.sock"), other, []string{"permission denied", "the directory " + closed + " is mode 0700 owned by uid 0 gid 0", "cannot search it", "chmod o+x " + closed}},
+		{"directory its group may search", filepath.Join(group, "d.sock"), other, []string{"permission denied", "the directory " + group + " is mode 0750 owned by uid 0 gid 0", "cannot search it", "add this user to group 0 (the directory's group, which may search it)"}},
 		{"in the socket's group", sock, identity{uid: 1000, gids: []uint32{1000, 0}}, nil},
 		{"root", sock, identity{uid: 0, gids: []uint32{0}}, nil},
 	}

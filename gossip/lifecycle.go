@@ -73,6 +73,19 @@ func New(cfg Config, ledger Ledger) (*Syncer, error) {
 	return s, nil
 }
 
+// deadNameReclaim is how long a member must have been dead before its
+// name may come back from another address (memberlist's
+// DeadNodeReclaimTime). Memberlist's default, never, refuses a member
+// restarted on a new address under its name (a StatefulSet's pod
+// rescheduled, a VM given a new address) as a name conflict until every
+// node has forgotten the dead one: about 40 s (GossipToTheDeadTime, 30 s,
+// after it was declared dead), while its consumption is refused as
+// coming from the wrong address. A member declared dead has already
+// missed its probes and its suspicion timeout, so its name is free at
+// once; a live member's name is never taken (that conflict is still
+// refused).
+const deadNameReclaim = time.Nanosecond
+
 // memberlistConfig is memberlist's configuration for this syncer, its
 // transport left for Start to bind.
 func (s *Syncer) memberlistConfig() *memberlist.Config {
@@ -82,6 +95,7 @@ func (s *Syncer) memberlistConfig() *memberlist.Config {
 	mlc.BindAddr, mlc.BindPort = cfg.BindAddr, cfg.BindPort
 	mlc.AdvertiseAddr, mlc.AdvertisePort = cfg.AdvertiseAddr, cfg.AdvertisePort
 	mlc.PushPullInterval = cfg.PushPullInterval
+	mlc.DeadNodeReclaimTime = deadNameReclaim
 	mlc.EnableCompression = false // counters are small binary; compression doubled CPU
 	mlc.Label = cfg.Label
 	// This node reads stamped counters packets (see stamp.go); its current

@@ -12,8 +12,11 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +25,9 @@ const DefaultRejoinInterval = 30 * time.Second
 
 // rejoinLookupTimeout bounds one name's lookup.
 const rejoinLookupTimeout = 5 * time.Second
+
+// rejoinParallel is how many addresses a rejoin round joins at once.
+const rejoinParallel = 8
 
 // rejoin joins every address the join list now resolves to that is not a
 // member this node knows alive.
@@ -50,10 +56,33 @@ func (s *Syncer) rejoin() {
 	if len(fresh) == 0 {
 		return
 	}
-	if n, err := ml.Join(fresh); n > 0 {
+	// Each address on its own, at once (a few at a time): one that does
+	// not answer -- a pod gone but still listed -- costs memberlist's TCP
+	// timeout (10 s) and must not hold up the others.
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	var errs []error
+	var mu sync.Mutex
+	slots := make(chan struct{}, rejoinParallel)
+	for _, addr := range fresh {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			n, err := ml.Join([]string{addr})
+			answered.Add(int64(n))
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := answered.Load(); n > 0 {
 		s.log.Info("joined peers found by resolving the join list again", "answered", n, "addresses", fresh)
 	} else {
-		s.log.Debug("peers found by resolving the join list again did not answer", "addresses", fresh, "error", err)
+		s.log.Debug("peers found by resolving the join list again did not answer", "addresses", fresh, "error", errors.Join(errs...))
 	}
 }
 

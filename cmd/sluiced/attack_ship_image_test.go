@@ -115,6 +115,13 @@ func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
 	if out, err := chrooted("--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "sluiced version ") {
 		t.Fatalf("sluiced --version from the image: %v\n%s", err, out)
 	}
+	// The Kubernetes example's app container runs the same binary (sluiced
+	// proxy) as another user.
+	asApp := chrooted("--version")
+	asApp.SysProcAttr.Credential = &syscall.Credential{Uid: 10001, Gid: 10001}
+	if out, err := asApp.CombinedOutput(); err != nil {
+		t.Fatalf("sluiced --version from the image as uid 10001 (the example app's): %v\n%s", err, out)
+	}
 
 	// The daemon on its embedded defaults, its socket in a directory of its
 	// own (a volume, in a pod), answering a check and its health endpoint.

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -433,8 +435,12 @@ func testJoinThroughAName(t *testing.T, later bool) {
 // (the downward-API variables filled in, the mount paths moved under a
 // temporary directory, the ports made free ones), as its uid with the pod's
 // fsGroup, on a directory made like the emptyDir, the ConfigMap's rules and a
-// key file made like the Secret's. It must serve: the probes' /readyz and
-// /healthz on the metrics address, and a check from the app's uid.
+// key file made like the Secret's, and the container's literal environment
+// (GOMEMLIMIT). It must serve: the probes' /readyz and /healthz on the
+// metrics address, and a check from the app's uid. Then the example's app
+// container (a stand-in: sluiced proxy) runs with its own arguments and
+// environment as the app's user, and answers through the sidecar until the
+// "default" rule's burst is spent.
 func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the daemon and the app run as the pod's users")
@@ -448,12 +454,19 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 		Spec struct {
 			Template struct {
 				Spec struct {
-					InitContainers []struct{ Args []string } `yaml:"initContainers"`
+					InitContainers []struct {
+						Args []string
+						Env  []struct{ Name, Value string }
+					} `yaml:"initContainers"`
+					Containers []struct {
+						Args []string
+						Env  []struct{ Name, Value string }
+					}
 				}
 			}
 		}
 	}
-	if err := yaml.Unmarshal(data, &dep); err != nil || len(dep.Spec.Template.Spec.InitContainers) != 1 {
+	if err := yaml.Unmarshal(data, &dep); err != nil || len(dep.Spec.Template.Spec.InitContainers) != 1 || len(dep.Spec.Template.Spec.Containers) != 1 {
 		t.Fatalf("deployment.yaml: %v", err)
 	}
 	cmData, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "configmap-rules.yaml"))
@@ -516,6 +529,11 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 	cmd := exec.Command(daemonBin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: sidecarUID, Gid: sidecarUID, Groups: []uint32{fsGroup}}}
 	cmd.Env = []string{}
+	for _, e := range dep.Spec.Template.Spec.InitContainers[0].Env {
+		if e.Value != "" { // the literal ones (GOMEMLIMIT); the downward API's are in the arguments above
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+	}
 	p := startProc(t, cmd)
 	eventually(t, "the sidecar's probes pass", func() bool {
 		select {
@@ -538,5 +556,190 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 	app.Env = []string{"SLUICE_SOCKET=" + sock, "SLUICE_DAEMON_UIDS=65532"}
 	if out, err := app.CombinedOutput(); err != nil {
 		t.Fatalf("the app's check: %v\n%s", err, out)
+	}
+
+	// The example's app container itself, a stand-in (sluiced proxy) run
+	// with its arguments and environment as its user: it answers through
+	// the sidecar's socket, and refuses past the "default" rule's burst.
+	spec := dep.Spec.Template.Spec.Containers[0]
+	listen := "127.0.0.1:" + freePort(t)
+	var appArgs []string
+	for _, a := range spec.Args {
+		appArgs = append(appArgs, strings.NewReplacer("0.0.0.0:8080", listen, "127.0.0.1:9465", metrics).Replace(a))
+	}
+	proxyCmd := exec.Command(daemonBin, appArgs...)
+	proxyCmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: appUID, Gid: appUID, Groups: []uint32{fsGroup}}}
+	proxyCmd.Env = []string{}
+	for _, e := range spec.Env {
+		v := strings.ReplaceAll(e.Value, "/run/sluice", filepath.Join(root, "run", "sluice"))
+		proxyCmd.Env = append(proxyCmd.Env, e.Name+"="+v)
+	}
+	pp := startProc(t, proxyCmd)
+	var codes []int
+	eventually(t, "the stand-in app answers, then refuses past the burst", func() bool {
+		select {
+		case err := <-pp.exited:
+			pp.exited <- err
+			t.Fatalf("the app container's proxy exited: %v\n%s", err, pp.stderr.String())
+		default:
+		}
+		code, _ := adminRequest(t, "GET", "http://"+listen+"/healthz", "", nil, "")
+		if code != 0 {
+			codes = append(codes, code)
+		}
+		return code == http.StatusTooManyRequests
+	})
+	if !slices.Contains(codes, http.StatusOK) || strings.Contains(pp.stderr.String(), "failing open") {
+		t.Fatalf("the stand-in app's answers %v (want 200s through the sidecar, then 429); its log:\n%s", codes, pp.stderr.String())
+	}
+	t.Logf("the stand-in app answered %v", codes)
+}
+
+// The systemd unit's common case, as far as it runs without systemd as
+// PID 1: sluiced started with the unit's ExecStart arguments (paths moved
+// under a temporary directory, the admin port a free one) as its User
+// (uid 65532 here), Group (gid 4242, "sluice-clients") and
+// SupplementaryGroups, under its UMask, in a directory made as
+// RuntimeDirectory= makes it (User:Group, RuntimeDirectoryMode). A service
+// whose user is in the group, with SLUICE_SOCKET and SLUICE_DAEMON_UIDS as
+// the unit's header says, is answered; a user outside the group is told
+// the socket's path and the fix; a service that does not trust the
+// daemon's uid is told to set SLUICE_DAEMON_UIDS.
+func TestShipSystemdUnitSharesTheSocketWithItsGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the daemon and the services run as other users")
+	}
+	const daemonUID, clientsGID, serviceUID, outsiderUID = 65532, 4242, 10001, 10002
+	unit, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "sluiced.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	directives := map[string]string{}
+	text := strings.ReplaceAll(string(unit), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			directives[k] = v
+		}
+	}
+	for k, want := range map[string]string{"User": "sluiced", "Group": "sluice-clients", "SupplementaryGroups": "sluiced",
+		"RuntimeDirectory": "sluice", "RuntimeDirectoryMode": "0750", "UMask": "0077"} {
+		if directives[k] != want {
+			t.Fatalf("the unit's %s=%q, want %q (the test models that)", k, directives[k], want)
+		}
+	}
+	exec0 := strings.Fields(directives["ExecStart"])
+	if len(exec0) < 2 || exec0[0] != "/usr/local/bin/sluiced" {
+		t.Fatalf("the unit's ExecStart: %q", directives["ExecStart"])
+	}
+
+	base := tempDir(t)
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run, etc := filepath.Join(base, "run", "sluice"), filepath.Join(base, "etc", "sluice")
+	for _, d := range []string{filepath.Dir(run), etc} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(run, 0o750); err != nil { // RuntimeDirectory=: User:Group, RuntimeDirectoryMode
+		t.Fatal(err)
+	}
+	if err := os.Chown(run, daemonUID, clientsGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "rules.yaml"), []byte("rules:\n  api:\n    rate: 100/1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, cli := shipBinaries(t)
+	daemonBin, cliBin := copyExecutable(t, binary, base), copyExecutable(t, cli, base)
+	admin := "127.0.0.1:" + freePort(t)
+	args := []string{"-c", `umask 0077 && exec "$@"`, "sh", daemonBin}
+	for _, a := range exec0[1:] {
+		args = append(args, strings.NewReplacer("/run/sluice", run, "/etc/sluice", etc, "127.0.0.1:9464", admin).Replace(a))
+	}
+	daemon := exec.Command("/bin/sh", args...)
+	daemon.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: daemonUID, Gid: clientsGID, Groups: []uint32{daemonUID}}}
+	daemon.Env = []string{}
+	p := startProc(t, daemon)
+	sock := filepath.Join(run, "sluiced.sock")
+	eventually(t, "sluiced serves the unit's socket", func() bool {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("sluiced with the unit's arguments exited: %v\n%s", err, p.stderr.String())
+		default:
+		}
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(sock, &st); err != nil || st.Uid != daemonUID || st.Gid != clientsGID || st.Mode&0o777 != 0o660 {
+		t.Fatalf("socket: uid %d gid %d mode %o (%v), want %d, %d, 0660", st.Uid, st.Gid, st.Mode&0o7777, err, daemonUID, clientsGID)
+	}
+	check := func(uid uint32, groups []uint32, env ...string) (int, string) {
+		c := exec.Command(cliBin, "check", "api", "k")
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: groups}}
+		c.Env = append([]string{"PATH=/usr/bin:/bin", "SLUICE_SOCKET=" + sock}, env...)
+		out, err := c.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	trust := fmt.Sprintf("SLUICE_DAEMON_UIDS=%d", daemonUID)
+	if code, out := check(serviceUID, []uint32{clientsGID}, trust); code != 0 {
+		t.Fatalf("a service in sluice-clients: exit %d\n%s", code, out)
+	}
+	code, out := check(outsiderUID, nil, trust)
+	for _, want := range []string{sock, "permission denied", fmt.Sprintf("add this user to group %d", clientsGID), "sluice doctor"} {
+		if code != 2 || !strings.Contains(out, want) {
+			t.Errorf("a user outside the group: exit %d, want 2 and %q in:\n%s", code, want, out)
+		}
+	}
+	code, out = check(serviceUID, []uint32{clientsGID})
+	if code != 2 || !strings.Contains(out, "SLUICE_DAEMON_UIDS") || !strings.Contains(out, strconv.Itoa(daemonUID)) {
+		t.Errorf("a service that does not trust the daemon's uid: exit %d, want 2 naming SLUICE_DAEMON_UIDS and uid %d:\n%s", code, daemonUID, out)
+	}
+}
+
+// The systemd unit passes systemd's own checker, `systemd-analyze verify`
+// (unknown directives, values it cannot parse, a missing executable), with
+// its ExecStart pointed at the built sluiced. systemd-analyze exits 0 even
+// when it ignores a line it cannot read, so any line it prints about the
+// unit fails the test. Skips without systemd-analyze (Debian's systemd
+// package); SLUICE_REQUIRE_SYSTEMD=1 (set by .ci/run) fails instead.
+func TestShipSystemdUnitVerifies(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		if os.Getenv("SLUICE_REQUIRE_SYSTEMD") != "" {
+			t.Fatalf("SLUICE_REQUIRE_SYSTEMD is set but systemd-analyze is not installed: %v", err)
+		}
+		t.Skipf("skipped: systemd-analyze is not installed (apt-get install systemd): %v", err)
+	}
+	unit, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "sluiced.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/sluiced ")) {
+		t.Fatal("the unit's ExecStart no longer runs /usr/local/bin/sluiced: update this test")
+	}
+	dir := tempDir(t)
+	path := filepath.Join(dir, "sluiced.service")
+	abs, err := filepath.Abs(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/local/bin/sluiced"), []byte(abs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	if err != nil || bytes.Contains(out, []byte(path)) {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	if len(bytes.TrimSpace(out)) > 0 {
+		t.Logf("systemd-analyze verify said, about other units:\n%s", out)
 	}
 }

@@ -51,6 +51,9 @@ var allowed = map[string][]string{
 	// Network namespaces for tests of real processes (a test helper, used
 	// only by tests, std and x/sys).
 	"internal/netnstest": {"golang.org/x/sys"},
+	// A DNS server whose answers a test sets (a headless Service's name),
+	// used only by tests.
+	"internal/dnstest": {"github.com/miekg/dns"},
 	// The HTTP decision API: decisions in JSON, and forward-auth through the
 	// proxy's routes mapping; it sits above daemon (which it never imports)
 	// beside proxy, and cmd/sluiced wires it to the daemon.

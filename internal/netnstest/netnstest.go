@@ -11,6 +11,10 @@
 // and New removes those left by a run that died (its pid no longer
 // alive), killing what still ran inside them.
 //
+// Files of a host's own /etc (SetEtc: a resolv.conf naming the test's DNS
+// server, say) live in /etc/netns/<namespace>/, where `ip netns exec`
+// looks for them, and are deleted with the namespace.
+//
 // It needs Linux, root and iproute2's `ip`; Unavailable says why not. It
 // is not a network emulator: for loss, run iptables in a host with Exec.
 package netnstest
@@ -22,6 +26,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -154,6 +159,32 @@ func (h *Host) Command(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// etcRoot is where `ip netns exec NAME` finds the files it bind-mounts
+// over /etc's in the process it runs: etcRoot/NAME/FILE over /etc/FILE.
+const etcRoot = "/etc/netns"
+
+// SetEtc gives processes run in the host (Command, Exec) their own
+// /etc/FILE with data, through `ip netns exec`'s bind mount of
+// /etc/netns/NAME/FILE (the file must exist in /etc, and file must be a
+// plain name). The test's own goroutines (Do) still see the machine's.
+// The file goes with the namespace.
+func (h *Host) SetEtc(file string, data []byte) error {
+	if file == "" || file != filepath.Base(file) || file == "." || file == ".." {
+		return fmt.Errorf("netnstest: set /etc/%s of %s: not a plain file name", file, h.Name)
+	}
+	if _, err := os.Stat(filepath.Join("/etc", file)); err != nil {
+		return fmt.Errorf("netnstest: set /etc/%s of %s: ip netns exec mounts only over a file that exists: %w", file, h.Name, err)
+	}
+	dir := filepath.Join(etcRoot, h.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("netnstest: set /etc/%s of %s: %w", file, h.Name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
+		return fmt.Errorf("netnstest: set /etc/%s of %s: %w", file, h.Name, err)
+	}
+	return nil
+}
+
 // Exec runs name with args in the host and returns its combined output.
 func (h *Host) Exec(name string, args ...string) ([]byte, error) {
 	out, err := h.Command(name, args...).CombinedOutput()
@@ -224,15 +255,20 @@ var stale = regexp.MustCompile(`^` + prefix + `([0-9]+)-[0-9]+$`)
 // their names.
 func RemoveStale() ([]string, error) {
 	entries, err := os.ReadDir("/run/netns")
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("list /run/netns: %w", err)
 	}
 	var removed []string
 	var errs []error
+	if etc, err := os.ReadDir(etcRoot); err == nil {
+		entries = append(entries, etc...) // files of namespaces already gone
+	}
+	seen := map[string]bool{}
 	for _, e := range entries {
+		if seen[e.Name()] {
+			continue
+		}
+		seen[e.Name()] = true
 		m := stale.FindStringSubmatch(e.Name())
 		if m == nil {
 			continue
@@ -250,19 +286,25 @@ func RemoveStale() ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-// remove kills the processes still in namespace name, then deletes it.
+// remove kills the processes still in namespace name, then deletes it
+// and its /etc files (either may be gone already).
 func remove(name string) error {
-	out, err := exec.Command("ip", "netns", "pids", name).Output()
-	if err != nil {
-		return fmt.Errorf("list processes in %s: %w", name, err)
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
-			unix.Kill(pid, unix.SIGKILL)
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); err == nil {
+		out, err := exec.Command("ip", "netns", "pids", name).Output()
+		if err != nil {
+			return fmt.Errorf("list processes in %s: %w", name, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			return fmt.Errorf("delete namespace %s: %w: %s", name, err, strings.TrimSpace(string(out)))
 		}
 	}
-	if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-		return fmt.Errorf("delete namespace %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	if err := os.RemoveAll(filepath.Join(etcRoot, name)); err != nil {
+		return fmt.Errorf("delete namespace %s's /etc files: %w", name, err)
 	}
 	return nil
 }

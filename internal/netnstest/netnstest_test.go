@@ -128,3 +128,57 @@ func TestRemoveStaleDeletesOnlyDeadRunsNamespaces(t *testing.T) {
 		t.Fatalf("this run's namespace is gone: %v", err)
 	}
 }
+
+// SetEtc's file is what a process in the host reads at its /etc path,
+// while the machine's stays as it was; a plain name is required; the file
+// goes with the lab, and one left by a dead run goes with RemoveStale.
+func TestSetEtcGivesTheHostItsOwnFile(t *testing.T) {
+	requireNetns(t)
+	machine, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		t.Skipf("skipped: the machine has no /etc/resolv.conf to mount over: %v", err)
+	}
+	const mine = "nameserver 10.213.0.1\n"
+	var name string
+	t.Run("lab", func(t *testing.T) {
+		h := New(t).Add()
+		name = h.Name
+		for _, bad := range []string{"", "../passwd", "a/b", ".."} {
+			if err := h.SetEtc(bad, nil); err == nil {
+				t.Errorf("SetEtc(%q) did not fail", bad)
+			}
+		}
+		if err := h.SetEtc("resolv.conf", []byte(mine)); err != nil {
+			t.Fatal(err)
+		}
+		out, err := h.Exec("cat", "/etc/resolv.conf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != mine {
+			t.Fatalf("the host's process read %q, want %q", out, mine)
+		}
+		if now, _ := os.ReadFile("/etc/resolv.conf"); string(now) != string(machine) {
+			t.Fatalf("the machine's /etc/resolv.conf changed: %q", now)
+		}
+	})
+	if _, err := os.Stat(etcRoot + "/" + name); err == nil {
+		t.Errorf("%s/%s is left after its test", etcRoot, name)
+	}
+
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	staleDir := etcRoot + "/" + prefix + strconv.Itoa(dead.Process.Pid) + "-1"
+	if err := os.MkdirAll(staleDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(staleDir) })
+	if _, err := RemoveStale(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(staleDir); err == nil {
+		t.Fatalf("a dead run's %s is still there", staleDir)
+	}
+}

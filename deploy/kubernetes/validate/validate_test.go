@@ -10,6 +10,8 @@ package validate
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +20,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -76,6 +79,17 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 	if side.Resources.Requests.Cpu().IsZero() || side.Resources.Requests.Memory().IsZero() || side.Resources.Limits.Memory().IsZero() {
 		t.Error("the sidecar needs cpu and memory requests and a memory limit")
+	}
+	// Memory is bounded by --max-keys and GOMEMLIMIT, which must leave the
+	// limit room for what the Go heap does not count (the measured flood
+	// peaked 19 MB over a GOMEMLIMIT of 200MiB).
+	if !strings.Contains(args, "--max-keys=") {
+		t.Error("the sidecar's memory limit is sized for a --max-keys: give it")
+	}
+	if soft, err := goMemLimit(envOf(side)["GOMEMLIMIT"]); err != nil {
+		t.Errorf("the sidecar's GOMEMLIMIT: %v", err)
+	} else if limit := side.Resources.Limits.Memory().Value(); soft > limit-48<<20 || soft < limit/2 {
+		t.Errorf("GOMEMLIMIT %d bytes against a memory limit of %d: want at least 48 MiB and at most half of it below", soft, limit)
 	}
 	sc := side.SecurityContext
 	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser == 0 || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
@@ -163,6 +177,23 @@ func labelsMatch(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// goMemLimit is a GOMEMLIMIT value in bytes (a number with an optional
+// B, KiB, MiB, GiB or TiB suffix).
+func goMemLimit(v string) (int64, error) {
+	if v == "" {
+		return 0, errors.New("not set")
+	}
+	num := strings.TrimSuffix(v, "B")
+	if num != v && strings.HasSuffix(num, "i") {
+		num = strings.TrimSuffix(num, "i") + "i" // KiB -> Ki, the quantity's spelling
+	}
+	q, err := resource.ParseQuantity(num)
+	if err != nil {
+		return 0, fmt.Errorf("parse %q: %w", v, err)
+	}
+	return q.Value(), nil
 }
 
 func envOf(c corev1.Container) map[string]string {
