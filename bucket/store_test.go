@@ -393,8 +393,9 @@ func TestStoreTakeOnLongKeyAllocatesNothing(t *testing.T) {
 }
 
 // A new key allocates its copy once, whether short or long, tracked or not,
-// at the cap or below it: the slot's table and tracking are reused or grow
-// by amortized steps.
+// at the cap or below it: the slot's table grows by amortized steps, and a
+// tracked key's tracking shares its copy's allocation (a short untracked
+// key, held in its slot, allocates nothing).
 func TestStoreNewKeyAllocatesItsCopyOnce(t *testing.T) {
 	for _, track := range []bool{false, true} {
 		for _, n := range []int{12, 40} {
