@@ -25,8 +25,8 @@ import (
 // so a lookup stops at the first empty slot. The table grows by a quarter
 // when it is over 85% full, so past its first few keys it is 68-85% full
 // (less memory per key than the map it replaced, at 10k, 100k and 1M keys),
-// never beyond what the shard's cap needs, and Sweep shrinks it when it
-// holds far more room than keys.
+// never beyond what holds the shard's cap 80% full, and Sweep shrinks it
+// when it holds far more room than keys.
 //
 // Slots move when the table grows, shrinks or a key is removed: a *slot is
 // valid under the shard's lock until the next insert or removal, and
@@ -181,7 +181,10 @@ func (sl *slot) stateFor(lim Limit) *state {
 }
 
 // Table sizing: grow past maxLoadNum/maxLoadDen full to about growLoadDen
-// / growLoadNum times the keys held; shrink (in Sweep) below 1/shrinkBelow full.
+// / growLoadNum times the keys held, but no further than holds the shard's
+// cap at capLoadNum/capLoadDen full (at the cap, where a flood of new keys
+// probes for every key it cannot find, a table is no fuller than before
+// 56-byte slots); shrink (in Sweep) below 1/shrinkBelow full.
 const (
 	minTable    = 8
 	maxLoadNum  = 17 // grow past 85% full
@@ -189,6 +192,8 @@ const (
 	growLoadNum = 17 // after growing, the table is about 68% full (grown by a quarter)
 	growLoadDen = 25
 	shrinkBelow = 8
+	capLoadNum  = 4 // a shard at its cap is at most 80% full
+	capLoadDen  = 5
 )
 
 // home is the slot where a probe for tag starts.
@@ -255,7 +260,7 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 // times the keys held, but no longer than a shard at its cap needs.
 func (sh *shard) growTo(shardCap int) int {
 	n := max(minTable, (sh.n+1)*growLoadDen/growLoadNum)
-	most := (shardCap*maxLoadDen+maxLoadNum-1)/maxLoadNum + 1 // holds shardCap within the load limit
+	most := (shardCap*capLoadDen+capLoadNum-1)/capLoadNum + 1 // holds shardCap within capLoad
 	return max(min(n, most), (sh.n+1)*maxLoadDen/maxLoadNum+1)
 }
 
