@@ -95,10 +95,11 @@ type shard struct {
 }
 
 // record adds local consumption in window (0 for the buckets), putting the
-// entry on the dirty list if it was clean. The store tracks consumption. When the entry moves on to a new
+// entry on the dirty list if it was clean. When the entry moves on to a new
 // window, what the old one admitted since the last drain is kept as a
 // leftover for the next drain, up to maxLeftovers per shard (beyond, it is
-// lost to gossip, which errs toward admitting). The caller holds sh.mu.
+// lost to gossip, which errs toward admitting). The store tracks
+// consumption, and the caller holds sh.mu.
 func (sh *shard) record(sl *slot, cost int64, window uint64) {
 	t := sl.tracked()
 	if t.window != window {
