@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// BenchmarkKeyLengthMemory reports the heap held per idle key at 100k and 1M
-// keys, for short keys (15 bytes, as BenchmarkIdleKeyMemory) and for the
+// BenchmarkKeyLengthMemory reports the heap held per idle key at 10k, 100k
+// and 1M keys, for short keys (15 bytes, as BenchmarkIdleKeyMemory) and for the
 // longest a default daemon accepts (DefaultMaxKeyLen, 256 bytes), alone and
 // with the consumption tracking a clustered daemon keeps. The README's
 // memory table must hold for the longest keys.
 func BenchmarkKeyLengthMemory(b *testing.B) {
 	lim := MustLimit(1, time.Hour, 10)
-	for _, n := range []int{100_000, 1_000_000} {
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
 		for _, keyLen := range []int{15, DefaultMaxKeyLen} {
 			for _, track := range []bool{false, true} {
 				b.Run(fmt.Sprintf("keys=%d/keylen=%d/tracking=%v", n, keyLen, track), func(b *testing.B) {

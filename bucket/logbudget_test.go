@@ -20,7 +20,7 @@ func TestLogBudgetBoundsSlidingLogMemory(t *testing.T) {
 		n        = 20_000
 		requests = 64
 		budget   = 256 << 10
-		// Per key: a 64-byte slot in a table 60-80% full (80-107 B),
+		// Per key: a 56-byte slot in a table 68-85% full (66-82 B),
 		// logState 144 B, first log entry 16 B, rounded up generously.
 		perKey = 400
 	)

@@ -18,7 +18,8 @@ func (s *Store) Reset(ns Namespace, key []byte, maxEpoch uint64) bool {
 	if !ok {
 		return false
 	}
-	if t := sh.slots[i].t; t != nil {
+	if s.track {
+		t := sh.slots[i].tracked()
 		if t.epoch > maxEpoch {
 			return false
 		}

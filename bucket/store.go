@@ -98,13 +98,14 @@ type shard struct {
 // entry on the dirty list if it was clean. When the entry moves on to a new
 // window, what the old one admitted since the last drain is kept as a
 // leftover for the next drain, up to maxLeftovers per shard (beyond, it is
-// lost to gossip, which errs toward admitting). The caller holds sh.mu.
+// lost to gossip, which errs toward admitting). The store tracks
+// consumption, and the caller holds sh.mu.
 func (sh *shard) record(sl *slot, cost int64, window uint64) {
-	t := sl.t
+	t := sl.tracked()
 	if t.window != window {
 		if t.used != t.sent { // on the dirty list, and stays there for the new window
 			if len(sh.leftovers) < maxLeftovers {
-				sh.leftovers = append(sh.leftovers, Consumption{NS: sl.ns, Key: t.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+				sh.leftovers = append(sh.leftovers, Consumption{NS: sl.ns, Key: sl.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			}
 			t.window, t.used, t.sent = window, uint64(cost), 0
 			return
@@ -112,7 +113,7 @@ func (sh *shard) record(sl *slot, cost int64, window uint64) {
 		t.window, t.used, t.sent = window, 0, 0
 	}
 	if t.used == t.sent {
-		sh.dirty = append(sh.dirty, dirtyKey{t: t, ns: sl.ns})
+		sh.dirty = append(sh.dirty, dirtyKey{p: sl.p, ns: sl.ns, size: uint32(sl.keyLen())})
 	}
 	t.used += uint64(cost)
 }
@@ -121,8 +122,9 @@ func (sh *shard) record(sl *slot, cost int64, window uint64) {
 const maxLeftovers = 4096
 
 // maxIdleDirty is the longest dirty list a shard keeps the room of once
-// drained: a burst of new keys grows the list, and its room goes back.
-const maxIdleDirty = 1024
+// drained (8 KiB of dirtyKey): a burst of new keys grows the list, and its
+// room goes back.
+const maxIdleDirty = 512
 
 // NewStore returns an empty Store bounded by cfg.
 func NewStore(cfg StoreConfig) *Store {
@@ -210,7 +212,7 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	default:
 		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
-	if r.Allowed && sl.t != nil {
+	if r.Allowed && s.track {
 		sh.record(sl, cost, st.window(lim, now))
 	}
 	s.attachLog(sl)
@@ -294,7 +296,7 @@ func (s *Store) Record(ns Namespace, key []byte, lim Limit, cost int64, now time
 	}
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
-	if sl := sh.get(h, ns, key); sl != nil && sl.t != nil {
+	if sl := sh.get(h, ns, key); sl != nil {
 		sh.record(sl, cost, sl.stateFor(lim).window(lim, now))
 	}
 	sh.mu.Unlock()
@@ -323,9 +325,10 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 			sh.leftovers[j] = Consumption{}
 		}
 		sh.leftovers = sh.leftovers[:0]
-		for j, d := range sh.dirty {
-			t := d.t
-			fn(Consumption{NS: d.ns, Key: t.key, Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+		for j := range sh.dirty {
+			d := &sh.dirty[j]
+			t := d.tracking()
+			fn(Consumption{NS: d.ns, Key: d.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			t.sent = t.used
 			sh.dirty[j] = dirtyKey{}
 		}
@@ -355,8 +358,9 @@ func (s *Store) Snapshot(now time.Time, lim func(ns Namespace, key string) (Limi
 				return true
 			}
 			c := Consumption{NS: sl.ns, Key: key}
-			if sl.t != nil {
-				c.Epoch, c.Window, c.Used, c.Prev = sl.t.epoch, sl.t.window, sl.t.used, sl.t.used
+			if s.track {
+				t := sl.tracked()
+				c.Epoch, c.Window, c.Used, c.Prev = t.epoch, t.window, t.used, t.used
 			}
 			more = fn(c, l, sl.stateFor(l).balance(l, now))
 			return more
@@ -408,8 +412,9 @@ func (s *Store) Local(ns Namespace, key []byte) (Consumption, bool) {
 	h, sh := s.locate(ns, key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sl := sh.get(h, ns, key); sl != nil && sl.t != nil {
-		return Consumption{NS: ns, Key: sl.t.key, Epoch: sl.t.epoch, Window: sl.t.window, Used: sl.t.used, Prev: sl.t.sent}, true
+	if sl := sh.get(h, ns, key); sl != nil && s.track {
+		t := sl.tracked()
+		return Consumption{NS: ns, Key: sl.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent}, true
 	}
 	return Consumption{}, false
 }
@@ -449,7 +454,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.each(func(i int, sl *slot) bool {
-			if sl.st.isFull(now) && (sl.t == nil || sl.t.used == sl.t.sent) {
+			if sl.st.isFull(now) && (!s.track || sl.tracked().used == sl.tracked().sent) {
 				sh.removeAt(i)
 				evicted++
 			} else if sl.st.log != nil {

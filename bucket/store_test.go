@@ -393,8 +393,9 @@ func TestStoreTakeOnLongKeyAllocatesNothing(t *testing.T) {
 }
 
 // A new key allocates its copy once, whether short or long, tracked or not,
-// at the cap or below it: the slot's table and tracking are reused or grow
-// by amortized steps.
+// at the cap or below it: the slot's table grows by amortized steps, and a
+// tracked key's tracking shares its copy's allocation (a short untracked
+// key, held in its slot, allocates nothing).
 func TestStoreNewKeyAllocatesItsCopyOnce(t *testing.T) {
 	for _, track := range []bool{false, true} {
 		for _, n := range []int{12, 40} {
@@ -443,5 +444,32 @@ func TestSweepShrinksTheTable(t *testing.T) {
 	}
 	if _, held := s.Balance(1, []byte("indebted"), lim, at(200*time.Millisecond)); !held {
 		t.Fatal("the indebted key was lost when the table shrank")
+	}
+}
+
+// A shard's table is 68-85% full past its first keys (so a key's slot costs
+// 66-82 bytes), and holds its cap at most 80% full, where a flood of new
+// keys probes for every one.
+func TestTableLoadStaysWithinBounds(t *testing.T) {
+	const maxKeys = 20_000
+	s := NewStore(StoreConfig{MaxKeys: maxKeys, Shards: 1})
+	lim := MustLimit(1, time.Hour, 1)
+	sh := &s.shards[0]
+	lowest, highest := 1.0, 0.0
+	for i := range maxKeys + maxKeys/2 {
+		s.Take(1, strconv.AppendInt([]byte("k-"), int64(i), 10), lim, 1, t0)
+		load := float64(sh.n) / float64(len(sh.slots))
+		if i >= 100 && sh.n < maxKeys {
+			lowest, highest = min(lowest, load), max(highest, load)
+		}
+		if sh.n == maxKeys && load > 0.8 {
+			t.Fatalf("at the cap the table is %.3f full, want ≤ 0.8", load)
+		}
+	}
+	if lowest < 0.67 || highest > 0.85 {
+		t.Fatalf("below the cap the table was %.3f-%.3f full, want within 0.67-0.85", lowest, highest)
+	}
+	if sh.n != maxKeys {
+		t.Fatalf("held %d keys, want the cap %d", sh.n, maxKeys)
 	}
 }

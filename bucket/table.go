@@ -9,7 +9,8 @@ import (
 
 // A shard keeps its keys in an open-addressing hash table laid out for the
 // decision's memory reads: a decision on a key held in a large store costs
-// one cache miss, for the key's slot, which holds the key's hash tag,
+// one cache miss (a 56-byte slot spans one line or two adjacent ones,
+// fetched together), for the key's slot, which holds the key's hash tag,
 // namespace, algorithm and whole state, and the key itself when it is at
 // most 15 bytes long (a longer key's bytes live apart, compared only when
 // the tags match). The map of pointers to entries it replaces chased map
@@ -19,28 +20,33 @@ import (
 //
 // Slots are found by linear probing from the key's home slot (its tag
 // scaled to the table's length, which need not be a power of two), so a
-// probe that misses its home reads the next slot, in the next cache line,
-// which the CPU fetches ahead. A removal shifts the slots after it back (no
-// tombstones), so a lookup stops at the first empty slot. The table grows
-// by a third when it is over 4/5 full, never beyond what the shard's cap
-// needs, and Sweep shrinks it when it holds far more room than keys.
+// probe that misses its home reads the next slot, adjacent, which the CPU
+// fetches ahead. A removal shifts the slots after it back (no tombstones),
+// so a lookup stops at the first empty slot. The table grows by a quarter
+// when it is over 85% full, so past its first few keys it is 68-85% full
+// (less memory per key than the map it replaced, at 10k, 100k and 1M keys),
+// never beyond what holds the shard's cap 80% full, and Sweep shrinks it
+// when it holds far more room than keys.
 //
 // Slots move when the table grows, shrinks or a key is removed: a *slot is
 // valid under the shard's lock until the next insert or removal, and
 // nothing outside the shard's own methods keeps one.
 
-// slot is one key's place in its shard's table: 64 bytes, one cache line.
-// A long key is held by a bare pointer to its bytes (unsafe.StringData of
-// its copy), its length beside the inline bytes, because a string header
-// (16 bytes) would leave no room in the line for a short key.
+// slot is one key's place in its shard's table: 56 bytes. A slot holds one
+// pointer, p, to its key's block (see setKey), which holds a long key's
+// bytes and, in a store that tracks consumption, the key's tracking: a
+// string header (16 bytes) or a second pointer would leave no room for a
+// short key in as few bytes.
 type slot struct {
 	w     uint32         // the hash's tag (bits 3-31) and the algorithm st belongs to (bits 0-2); 0: empty
 	ns    Namespace      // the key's rule
 	st    state          // the key's state under its algorithm
-	t     *tracking      // what gossip needs to know; nil unless the store tracks consumption
-	long  unsafe.Pointer // the bytes of a key longer than maxShortKey (never written); nil for a short key
+	p     unsafe.Pointer // the key's block (never written but for its tracking); nil for a short key in a store that does not track
 	short [16]byte       // a short key, its length in short[15]; for a long key, its length in short[:4]
 }
+
+// A slot is at most 56 bytes (this fails to compile otherwise).
+const _ = uint(56 - unsafe.Sizeof(slot{}))
 
 // maxShortKey is the longest key a slot holds inline.
 const maxShortKey = 15
@@ -61,63 +67,107 @@ func (sl *slot) tag() uint32         { return sl.w &^ (1<<algoBits - 1) }
 func (sl *slot) algo() Algorithm     { return Algorithm(sl.w & (1<<algoBits - 1)) }
 func (sl *slot) setAlgo(a Algorithm) { sl.w = sl.tag() | uint32(a) }
 
+// keyLen is the length of the slot's key.
+func (sl *slot) keyLen() int {
+	if n := sl.short[maxShortKey]; n != longKey {
+		return int(n)
+	}
+	return int(binary.LittleEndian.Uint32(sl.short[:4]))
+}
+
 // holds reports whether the slot's key is key (its tag is already known to match).
 func holds[K string | []byte](sl *slot, key K) bool {
 	if len(key) <= maxShortKey {
 		return sl.short[maxShortKey] == byte(len(key)) && string(sl.short[:len(key)]) == string(key)
 	}
 	return sl.short[maxShortKey] == longKey && int(binary.LittleEndian.Uint32(sl.short[:4])) == len(key) &&
-		unsafe.String((*byte)(sl.long), len(key)) == string(key)
+		unsafe.String((*byte)(sl.p), len(key)) == string(key)
 }
 
-// setKey copies key into the slot.
-func (sl *slot) setKey(key []byte) {
-	if len(key) <= maxShortKey {
+// A key's block is one allocation, free of pointers, laid out as the key's
+// bytes, padded to 8, then (in a store that tracks consumption) its
+// tracking. A long key's slot compares the key there; a tracked key's
+// tracking and the key gossip reports share it, so the string drained is
+// never copied, and a block is never reused for another key (a string
+// handed out stays as it was). A short key in a store that does not track
+// has none: the slot is all it needs.
+
+// trackingWords is the 8-byte words a block's tracking takes.
+const trackingWords = int(unsafe.Sizeof(tracking{}) / 8)
+
+// keyWords is the 8-byte words a key of n bytes takes in its block.
+func keyWords(n int) int { return (n + 7) / 8 }
+
+// setKey copies key into the slot, and into a new block if the key is long
+// or track is set (the one allocation a new key may make).
+func (sl *slot) setKey(key []byte, track bool) {
+	n := len(key)
+	if n <= maxShortKey {
 		copy(sl.short[:], key)
-		sl.short[maxShortKey] = byte(len(key))
-		return
+		sl.short[maxShortKey] = byte(n)
+	} else {
+		binary.LittleEndian.PutUint32(sl.short[:4], uint32(n))
+		sl.short[maxShortKey] = longKey
 	}
-	sl.long = unsafe.Pointer(unsafe.StringData(string(key)))
-	binary.LittleEndian.PutUint32(sl.short[:4], uint32(len(key)))
-	sl.short[maxShortKey] = longKey
+	if n > maxShortKey || track {
+		words := keyWords(n)
+		if track {
+			words += trackingWords
+		}
+		b := make([]uint64, words)
+		sl.p = unsafe.Pointer(&b[0])
+		copy(unsafe.Slice((*byte)(sl.p), n), key)
+	}
 }
 
-// key returns the slot's key as a string. A tracked key's is kept; a long
-// key's shares its bytes; a short untracked key's is copied (an allocation,
-// for the paths that walk the store, never for a decision).
+// key returns the slot's key as a string: a tracked or long key's shares its
+// block; a short untracked key's is copied (an allocation, for the paths
+// that walk the store, never for a decision).
 func (sl *slot) key() string {
-	switch {
-	case sl.t != nil:
-		return sl.t.key
-	case sl.short[maxShortKey] == longKey:
-		return unsafe.String((*byte)(sl.long), binary.LittleEndian.Uint32(sl.short[:4]))
+	if sl.p != nil {
+		return unsafe.String((*byte)(sl.p), sl.keyLen())
 	}
 	return string(sl.short[:sl.short[maxShortKey]])
 }
 
-// sameKey reports whether two slots hold the same (namespace, key).
-func sameKey(a, b *slot) bool {
-	return a.tag() == b.tag() && a.ns == b.ns && a.short == b.short && a.long == b.long
+// tracked is the slot's tracking, in its block. Only for a slot of a store
+// that tracks consumption.
+func (sl *slot) tracked() *tracking { return trackingOf(sl.p, sl.keyLen()) }
+
+// trackingOf is the tracking in the block p of a key of n bytes.
+func trackingOf(p unsafe.Pointer, n int) *tracking {
+	return (*tracking)(unsafe.Add(p, 8*keyWords(n)))
 }
 
-// tracking is a key's consumption as gossip reports it. It lives apart from
-// the slot so that a store that does not track keeps its slots small, and so
-// that the dirty list can point at it while slots move.
+// sameKey reports whether two slots hold the same (namespace, key).
+func sameKey(a, b *slot) bool {
+	return a.tag() == b.tag() && a.ns == b.ns && a.short == b.short && a.p == b.p
+}
+
+// tracking is a key's consumption as gossip reports it. It lives in the key's
+// block, apart from the slot, so that a store that does not track keeps its
+// slots small, and so that the dirty list can point at it while slots move.
 type tracking struct {
 	epoch  uint64 // this bucket's incarnation
 	window uint64 // the window used counts in (windowed algorithms; 0 for the buckets)
 	used   uint64 // tokens admitted here (not charged by peers) in this epoch and window
 	sent   uint64 // used, as of the last drain; used != sent means it is on the dirty list
-	key    string // the key, for the drain (shares a long key's bytes)
 }
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local
-// consumption changed since the last drain. It holds the key's tracking, so
-// a key evicted before the drain is still reported.
+// consumption changed since the last drain. It holds the key's block, so a
+// key evicted before the drain is still reported.
 type dirtyKey struct {
-	t  *tracking
-	ns Namespace
+	p    unsafe.Pointer // the key's block
+	ns   Namespace
+	size uint32 // the key's length
 }
+
+// tracking is the entry's key's tracking.
+func (d *dirtyKey) tracking() *tracking { return trackingOf(d.p, int(d.size)) }
+
+// key is the entry's key, sharing its block.
+func (d *dirtyKey) key() string { return unsafe.String((*byte)(d.p), d.size) }
 
 // stateFor returns the slot's state for lim's algorithm, starting it afresh
 // if it belonged to another (a rule whose algorithm changed).
@@ -131,14 +181,19 @@ func (sl *slot) stateFor(lim Limit) *state {
 }
 
 // Table sizing: grow past maxLoadNum/maxLoadDen full to about growLoadDen
-// / growLoadNum times the keys held; shrink (in Sweep) below 1/shrinkBelow full.
+// / growLoadNum times the keys held, but no further than holds the shard's
+// cap at capLoadNum/capLoadDen full (at the cap, where a flood of new keys
+// probes for every key it cannot find, a table is no fuller than before
+// 56-byte slots); shrink (in Sweep) below 1/shrinkBelow full.
 const (
 	minTable    = 8
-	maxLoadNum  = 4
-	maxLoadDen  = 5
-	growLoadNum = 3 // after growing, the table is about 3/5 full
-	growLoadDen = 5
+	maxLoadNum  = 17 // grow past 85% full
+	maxLoadDen  = 20
+	growLoadNum = 17 // after growing, the table is about 68% full (grown by a quarter)
+	growLoadDen = 25
 	shrinkBelow = 8
+	capLoadNum  = 4 // a shard at its cap is at most 80% full
+	capLoadDen  = 5
 )
 
 // home is the slot where a probe for tag starts.
@@ -182,12 +237,9 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 	if ok {
 		return &sh.slots[i]
 	}
-	var spare *tracking
 	if sh.n >= s.shardCap || (sh.n+1)*maxLoadDen > len(sh.slots)*maxLoadNum {
 		if sh.n >= s.shardCap {
-			var evicted int
-			evicted, spare = sh.makeRoom(now)
-			s.evictions.Add(uint64(evicted))
+			s.evictions.Add(uint64(sh.makeRoom(now)))
 		}
 		if (sh.n+1)*maxLoadDen > len(sh.slots)*maxLoadNum {
 			sh.resize(sh.growTo(s.shardCap))
@@ -196,19 +248,9 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 	}
 	sl := &sh.slots[i]
 	*sl = slot{w: tagOf(h) | uint32(algo), ns: ns}
-	sl.setKey(key)
+	sl.setKey(key, s.track)
 	if s.track {
-		if spare == nil {
-			spare = &tracking{}
-		}
-		var k string
-		if sl.long != nil {
-			k = unsafe.String((*byte)(sl.long), len(key)) // a long key's bytes, shared
-		} else {
-			k = string(key)
-		}
-		*spare = tracking{epoch: s.epochs.Add(1), key: k}
-		sl.t = spare
+		sl.tracked().epoch = s.epochs.Add(1)
 	}
 	sh.n++
 	return sl
@@ -218,7 +260,7 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 // times the keys held, but no longer than a shard at its cap needs.
 func (sh *shard) growTo(shardCap int) int {
 	n := max(minTable, (sh.n+1)*growLoadDen/growLoadNum)
-	most := (shardCap*maxLoadDen+maxLoadNum-1)/maxLoadNum + 1 // holds shardCap within the load limit
+	most := (shardCap*capLoadDen+capLoadNum-1)/capLoadNum + 1 // holds shardCap within capLoad
 	return max(min(n, most), (sh.n+1)*maxLoadDen/maxLoadNum+1)
 }
 
@@ -301,11 +343,8 @@ func (sh *shard) each(fn func(i int, sl *slot) bool) {
 }
 
 // makeRoom evicts from a sample of the shard's keys every one that is full,
-// or if none is, the one nearest to full. It returns how many it evicted, and
-// an evicted key's tracking that the caller may reuse for the new key (nil
-// unless the dirty list is empty, so nothing on it can point there): at the
-// cap, every new key would otherwise allocate one while one becomes garbage.
-func (sh *shard) makeRoom(now time.Time) (evicted int, spare *tracking) {
+// or if none is, the one nearest to full. It returns how many it evicted.
+func (sh *shard) makeRoom(now time.Time) (evicted int) {
 	// The sample is the first evictSample keys from a random slot on: they
 	// lie in a few consecutive cache lines, read together rather than one
 	// miss after another, and are as random as keys as the hash is.
@@ -346,13 +385,9 @@ func (sh *shard) makeRoom(now time.Time) (evicted int, spare *tracking) {
 		gone[k] = *sl
 	}
 	for k := range gone[:evicted] {
-		i := sh.indexOf(&gone[k])
-		if tr := t[i].t; tr != nil && spare == nil && len(sh.dirty) == 0 {
-			spare = tr
-		}
-		sh.removeAt(i)
+		sh.removeAt(sh.indexOf(&gone[k]))
 	}
-	return evicted, spare
+	return evicted
 }
 
 // indexOf returns the index of the slot holding the key v holds, which the

@@ -100,8 +100,9 @@ func TestAdoptOnlyFillsMissingBuckets(t *testing.T) {
 	}
 }
 
-// At the cap an evicted entry is reused for the next new key, but never one
-// still on the dirty list: gossip must read what the evicted key consumed.
+// At the cap a new key takes an evicted key's place, but the evicted key's
+// block (key and tracking) is never reused: gossip must read what the
+// evicted key consumed, and the key strings it was handed stay as they were.
 func TestEvictedEntriesReusedOnlyOnceDrained(t *testing.T) {
 	s := NewStore(StoreConfig{TrackConsumption: true, MaxKeys: 8, Shards: 1})
 	lim := MustLimit(1, time.Hour, 5)
@@ -124,7 +125,7 @@ func TestEvictedEntriesReusedOnlyOnceDrained(t *testing.T) {
 		}
 	}
 	// The c's spend more, so the b's are nearer to full and evicted first
-	// (the sample of 8 is the whole shard), their entries reused.
+	// (the sample of 8 is the whole shard), their slots taken by the c's.
 	take("c", 8, 3)
 	got = drain(s)
 	if len(got) != 8 || s.Len() != 8 {
@@ -139,8 +140,9 @@ func TestEvictedEntriesReusedOnlyOnceDrained(t *testing.T) {
 			t.Fatalf("%s: balance %v held %v, want 2 of a fresh bucket", k, b, held)
 		}
 	}
-	// A new key at the cap, once the list is drained, allocates its key
-	// string and nothing else: the entry is a reused one.
+	// A new key at the cap, once the list is drained, allocates its block
+	// (its key and tracking, together) and nothing else: the slot is the
+	// evicted key's.
 	buf := []byte("d-0000000000")
 	n := int64(0)
 	allocs := testing.AllocsPerRun(200, func() {
@@ -150,5 +152,67 @@ func TestEvictedEntriesReusedOnlyOnceDrained(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Fatalf("a new key at the cap allocates %v times; want 1 (the key)", allocs)
+	}
+}
+
+// A tracked key's block holds its bytes and its tracking side by side, at an
+// offset that depends on the key's length: every length around the inline
+// limit and the 8-byte padding drains, reports locally and snapshots as
+// itself, evicted or held, and a key string drained stays as it was after
+// its key is evicted and its slot taken by another.
+func TestTrackedKeysOfEveryLengthDrainAsThemselves(t *testing.T) {
+	for _, n := range []int{1, 7, 8, 9, maxShortKey, maxShortKey + 1, 17, 24, 25, DefaultMaxKeyLen} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			s := NewStore(StoreConfig{TrackConsumption: true, MaxKeys: 4, Shards: 1})
+			lim := MustLimit(1, time.Hour, 5)
+			keyOf := func(i int) []byte {
+				k := []byte(fmt.Sprintf("%0*d", n, i))
+				return k[len(k)-n:]
+			}
+			for i := range 4 {
+				if _, err := s.Take(1, keyOf(i), lim, int64(i+1), t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 4 {
+				c, ok := s.Local(1, keyOf(i))
+				if !ok || c.Key != string(keyOf(i)) || c.Used != uint64(i+1) {
+					t.Fatalf("Local(%q) = %+v, %v", keyOf(i), c, ok)
+				}
+			}
+			var drained []Consumption
+			s.DrainDirty(func(c Consumption) { drained = append(drained, c) })
+			if len(drained) != 4 {
+				t.Fatalf("drained %d keys, want 4", len(drained))
+			}
+			// Four more keys evict the first four, dirty: they still drain as themselves.
+			for i := 4; i < 8; i++ {
+				s.Take(1, keyOf(i), lim, 5, t0)
+			}
+			evictedDirty := map[string]uint64{}
+			s.Take(1, keyOf(0), lim, 1, t0) // evicts one of the new keys, dirty
+			s.DrainDirty(func(c Consumption) { evictedDirty[c.Key] = c.Used })
+			for i := 4; i < 8; i++ {
+				if used, ok := evictedDirty[string(keyOf(i))]; !ok || used != 5 {
+					t.Fatalf("key %q drained %v (%v), want 5: %v", keyOf(i), used, ok, evictedDirty)
+				}
+			}
+			for _, c := range drained { // key i was charged i+1
+				if c.Key != string(keyOf(int(c.Used)-1)) {
+					t.Fatalf("a drained key changed after its eviction: %q, used %d", c.Key, c.Used)
+				}
+			}
+			seen := 0
+			s.Snapshot(t0, func(Namespace, string) (Limit, bool) { return lim, true }, func(c Consumption, _ Limit, _ float64) bool {
+				if len(c.Key) != n || c.Epoch == 0 {
+					t.Fatalf("snapshot listed %+v", c)
+				}
+				seen++
+				return true
+			})
+			if seen != s.Len() {
+				t.Fatalf("snapshot listed %d of %d keys", seen, s.Len())
+			}
+		})
 	}
 }
