@@ -205,22 +205,41 @@ class AsyncClient(_Core):
         return Inspection(m["known"], m["balance"], m["limit"], m["burst"])
 
     async def close(self):
-        """Close the connections and stop reconnecting. Idempotent."""
+        """Close the connections and stop reconnecting; returns within
+        max(dial_timeout, 1 s) + 1 s. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        for i, cn in enumerate(self._slots):
-            self._slots[i] = None
-            if cn is not None:
-                cn.fail(ClientClosed("client closed"))
-                cn.task.cancel()
-        self._up = False
+        try:
+            await self._stop_reconnecting()
+        finally:
+            for i, cn in enumerate(self._slots):
+                self._slots[i] = None
+                if cn is not None:
+                    cn.fail(ClientClosed("client closed"))
+                    cn.task.cancel()
+            self._up = False
+
+    async def _stop_reconnecting(self):
+        """Cancel the reconnect task and wait, bounded, until it has left.
+        Python < 3.12's asyncio.wait_for returns its inner result when a
+        cancel lands in the step that result arrives (CPython gh-86296), so
+        one cancel may be swallowed: the task also leaves at its next step
+        once it sees _closed, the kick makes sure that step comes, and the
+        cancel is repeated until the task is done."""
+        task = self._task
+        if task is None:
+            return
+        deadline = time.monotonic() + max(self.opts.dial_timeout, 1.0) + 1.0
+        while not task.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return  # cancelled and closed: it leaves at its next step
+            task.cancel()
+            self._kick.set()
+            await asyncio.wait({task}, timeout=min(left, 0.05))
+        if not task.cancelled() and task.exception() is not None:
+            self.opts.logger.error("sluice: the reconnect task failed: %r", task.exception())
 
     async def __aenter__(self):
         await self.start()
@@ -284,12 +303,14 @@ class AsyncClient(_Core):
         o = self.opts
         backoff, not_before, wait = o.reconnect_min, 0.0, None
         replacing = [False] * len(self._slots)
-        while True:
+        while not self._closed:  # close() cancels too, but a cancel may be swallowed (see _stop_reconnecting)
             try:
                 await asyncio.wait_for(self._kick.wait(), wait)
             except asyncio.TimeoutError:
                 pass
             self._kick.clear()
+            if self._closed:
+                return
             wait = None
             now = time.monotonic()
             young = old = False
@@ -322,6 +343,10 @@ class AsyncClient(_Core):
                     self._attempts += 1
                     failed = True
                     break
+                if self._closed:
+                    cn.fail(ClientClosed("client closed"))
+                    cn.task.cancel()
+                    return
                 self._slots[i] = cn
                 if replacing[i]:
                     self._count("reconnects")

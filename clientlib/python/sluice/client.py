@@ -652,10 +652,14 @@ class Client(_Core):
                     self._attempts += 1
                     failed = True
                     break
+                # Store, then look: a close() that swept the slots before
+                # the store had set _closed before it, so one of the two
+                # sees the connection and fails it (fail is idempotent).
+                self._slots[i] = cn
                 if self._closed.is_set():
+                    self._slots[i] = None
                     cn.fail(ClientClosed("client closed"))
                     return
-                self._slots[i] = cn
                 if replacing[i]:
                     self._count("reconnects")
                     replacing[i] = False
