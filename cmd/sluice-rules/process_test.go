@@ -82,6 +82,9 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
+	// A test binary that dies (a panic, a go test timeout) takes the
+	// process with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
