@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +82,9 @@ func startProc(t *testing.T, cmd *exec.Cmd) *proc {
 	t.Helper()
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
+	// A test binary that dies (a panic, a go test timeout) takes the
+	// process with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -494,4 +498,58 @@ func TestProcessOnPostgreSQL(t *testing.T) {
 	d := startDaemon(t, svc.url+rulesapi.ServedPath, "--rules-wait", "30s", "--rules-poll-interval", "1h")
 	lp := propagation(t, svc, pay, []*daemon{d}, 3)
 	t.Logf("postgres long-poll propagation: %v", lp)
+}
+
+// TestProcessRulesWaitAgainstAStaticServerIsPlainPolling: a real sluiced
+// with --rules-wait pointed at a plain static file server (net/http's
+// FileServer: Last-Modified and 304s, no ETag, no long-poll) follows a
+// changed file at its poll interval, without hammering the server.
+func TestProcessRulesWaitAgainstAStaticServerIsPlainPolling(t *testing.T) {
+	dir := tempDir(t)
+	path := filepath.Join(dir, "rules.yaml")
+	write := func(rate int, mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(path, fmt.Appendf(nil, "rules:\n  r:\n    rate: %d/1s\n", rate), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(5, time.Now().Add(-time.Hour))
+	var mu sync.Mutex
+	requests := 0
+	files := http.FileServer(http.Dir(dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		mu.Unlock()
+		files.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	hash := func() string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := config.ParseRules("x", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Hash
+	}
+	d := startDaemon(t, srv.URL+"/rules.yaml", "--rules-wait", "30s", "--rules-poll-interval", "200ms")
+	want := hash()
+	eventually(t, "the daemon enforces the file's rules", func() bool { return d.rulesHash() == want })
+	write(7, time.Now()) // a newer Last-Modified
+	want = hash()
+	eventually(t, "the daemon follows the changed file", func() bool { return d.rulesHash() == want })
+	// Polled at the interval, not in a tight loop: ten more requests take
+	// at least about ten intervals (less 10% jitter; load only slows them).
+	count := func() int { mu.Lock(); defer mu.Unlock(); return requests }
+	from, start := count(), time.Now()
+	eventually(t, "ten more polls", func() bool { return count() >= from+10 })
+	if took := time.Since(start); took < 10*200*time.Millisecond*8/10 {
+		t.Errorf("ten requests to a static server in %v: a tight loop, not polling every 200ms", took)
+	}
 }

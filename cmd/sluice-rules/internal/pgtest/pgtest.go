@@ -130,7 +130,9 @@ func Start() (*Server, error) {
 	s := &Server{dir: dir, port: port, done: make(chan struct{})}
 	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	// Pdeathsig: a test binary that dies without Stop (a panic, a go test
+	// timeout) takes its server with it instead of leaving it running.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err == nil {
 		s.cmd.Stdout, s.cmd.Stderr = logf, logf

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/ruledoc"
@@ -102,32 +104,9 @@ func (s *Server) apply(ctx context.Context, a actor, tc teamChange) (rulesapi.Ch
 		if err != nil {
 			return err
 		}
-		res = rulesapi.ChangeResult{Version: version, ETag: rulesapi.VersionETag(team.Version), DryRun: tc.opts.dryRun, Changes: []rulesapi.Change{}}
-		names := map[string]bool{}
-		for n := range cur {
-			names[n] = true
-		}
-		for n := range want.specs {
-			names[n] = true
-		}
-		final := map[string]string{} // the team's specs after the change, as stored
-		for _, n := range slices.Sorted(maps.Keys(names)) {
-			old, had := cur[n]
-			spec, has := want.specs[n]
-			switch {
-			case had && !has:
-				res.Changes = append(res.Changes, rulesapi.Change{Rule: n, Action: rulesapi.ActionDelete, Before: old.Spec, Diff: ruledoc.Diff(n, old.Spec, "")})
-			case !had && has:
-				final[n] = spec
-				res.Changes = append(res.Changes, rulesapi.Change{Rule: n, Action: rulesapi.ActionCreate, After: spec, Diff: ruledoc.Diff(n, "", spec)})
-			case ruledoc.SameMeaning(curParsed[n], want.parsed[n]) && (!want.textMatters || old.Spec == spec):
-				final[n] = old.Spec
-			default:
-				final[n] = spec
-				res.Changes = append(res.Changes, rulesapi.Change{Rule: n, Action: rulesapi.ActionUpdate, Before: old.Spec, After: spec, Diff: ruledoc.Diff(n, old.Spec, spec)})
-			}
-		}
-		res.Changed = len(res.Changes) > 0
+		res = rulesapi.ChangeResult{Version: version, ETag: rulesapi.VersionETag(team.Version), DryRun: tc.opts.dryRun}
+		changes, final := diffTeam(cur, curParsed, want)
+		res.Changes, res.Changed = changes, len(changes) > 0
 		res.Loosenings = ruledoc.Loosenings(curParsed, want.parsed, s.factor)
 		if !res.Changed && !tc.alwaysAfter {
 			res.Loosenings = nil
@@ -139,42 +118,9 @@ func (s *Server) apply(ctx context.Context, a actor, tc teamChange) (rulesapi.Ch
 			e.detail.Loosenings = res.Loosenings
 			return e
 		}
-		// The served document with this team's rules replaced, validated
-		// before anything is written.
-		all, err := tx.AllRules(ctx)
+		doc, err := servedWith(ctx, tx, tc.team, final)
 		if err != nil {
 			return err
-		}
-		next := make([]rulesapi.Rule, 0, len(all)+len(final))
-		for _, r := range all {
-			if r.Team != tc.team {
-				next = append(next, r)
-			}
-		}
-		for _, n := range slices.Sorted(maps.Keys(final)) {
-			next = append(next, rulesapi.Rule{Team: tc.team, Name: n, Spec: final[n]})
-		}
-		slices.SortFunc(next, func(a, b rulesapi.Rule) int {
-			if a.Team != b.Team {
-				if a.Team < b.Team {
-					return -1
-				}
-				return 1
-			}
-			if a.Name < b.Name {
-				return -1
-			}
-			if a.Name > b.Name {
-				return 1
-			}
-			return 0
-		})
-		doc, _, err := ruledoc.ServedDocument(next)
-		if err != nil {
-			if errors.Is(err, config.ErrRulesTooLarge) {
-				return err
-			}
-			return &ruledoc.InvalidError{Problems: []rulesapi.FieldProblem{{Message: "the served document would be invalid: " + err.Error()}}}
 		}
 		if tc.opts.dryRun {
 			return errDryRun
@@ -182,35 +128,14 @@ func (s *Server) apply(ctx context.Context, a actor, tc teamChange) (rulesapi.Ch
 		if tc.rule != "" && len(res.Changes) == 1 {
 			action = res.Changes[0].Action // a PUT that created the rule
 		}
-		now := s.now()
 		newVersion := version
 		if res.Changed {
 			newVersion = version + 1
-			for _, c := range res.Changes {
-				if c.Action == rulesapi.ActionDelete {
-					err = tx.DeleteRule(ctx, tc.team, c.Rule)
-				} else {
-					err = tx.PutRule(ctx, rulesapi.Rule{Team: tc.team, Name: c.Rule, Spec: final[c.Rule], Version: newVersion, UpdatedAt: now})
-				}
-				if err != nil {
-					return err
-				}
-			}
-			if err := tx.SetTeamVersion(ctx, tc.team, newVersion); err != nil {
-				return err
-			}
-			sv := store.Served{Version: newVersion, Document: doc, UpdatedAt: now}
-			if err := tx.SetServed(ctx, sv); err != nil {
+			sv, err := s.write(ctx, tx, a, tc, action, newVersion, list, final, res.Changes, doc)
+			if err != nil {
 				return err
 			}
 			published = &sv
-			teamDoc := ruledoc.Compose(entries(final))
-			if err := tx.AddHistory(ctx, tc.team, rulesapi.HistoryEntry{Version: newVersion, At: now, Actor: a.String(), TokenID: a.tokenID, Action: action, Rule: tc.rule, Document: teamDoc}); err != nil {
-				return err
-			}
-			if err := s.auditChange(ctx, tx, a, tc, newVersion, now, list, final, res.Changes); err != nil {
-				return err
-			}
 			res.Version, res.ETag = newVersion, rulesapi.VersionETag(newVersion)
 		}
 		if tc.after != nil {
@@ -232,6 +157,101 @@ func (s *Server) apply(ctx context.Context, a actor, tc teamChange) (rulesapi.Ch
 		s.log.Info("rules changed", "version", published.Version, "team", tc.team, "action", action, "rule", tc.rule, "actor", a.String(), "token", a.tokenID)
 	}
 	return res, nil
+}
+
+// diffTeam compares a team's stored rules with the wanted ones: the
+// changes, by rule name, and the team's specs after the change as they
+// will be stored (a rule whose meaning, and, where text matters, text did
+// not change keeps its stored text).
+func diffTeam(cur map[string]rulesapi.Rule, curParsed map[string]*config.Rule, want desired) ([]rulesapi.Change, map[string]string) {
+	names := map[string]bool{}
+	for n := range cur {
+		names[n] = true
+	}
+	for n := range want.specs {
+		names[n] = true
+	}
+	changes := []rulesapi.Change{}
+	final := map[string]string{}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		old, had := cur[n]
+		spec, has := want.specs[n]
+		switch {
+		case had && !has:
+			changes = append(changes, rulesapi.Change{Rule: n, Action: rulesapi.ActionDelete, Before: old.Spec, Diff: ruledoc.Diff(n, old.Spec, "")})
+		case !had && has:
+			final[n] = spec
+			changes = append(changes, rulesapi.Change{Rule: n, Action: rulesapi.ActionCreate, After: spec, Diff: ruledoc.Diff(n, "", spec)})
+		case ruledoc.SameMeaning(curParsed[n], want.parsed[n]) && (!want.textMatters || old.Spec == spec):
+			final[n] = old.Spec
+		default:
+			final[n] = spec
+			changes = append(changes, rulesapi.Change{Rule: n, Action: rulesapi.ActionUpdate, Before: old.Spec, After: spec, Diff: ruledoc.Diff(n, old.Spec, spec)})
+		}
+	}
+	return changes, final
+}
+
+// servedWith composes and validates the served document with team's rules
+// replaced by final, before anything is written.
+func servedWith(ctx context.Context, tx *store.Tx, team string, final map[string]string) (string, error) {
+	all, err := tx.AllRules(ctx)
+	if err != nil {
+		return "", err
+	}
+	next := make([]rulesapi.Rule, 0, len(all)+len(final))
+	for _, r := range all {
+		if r.Team != team {
+			next = append(next, r)
+		}
+	}
+	for n, spec := range final {
+		next = append(next, rulesapi.Rule{Team: team, Name: n, Spec: spec})
+	}
+	slices.SortFunc(next, func(a, b rulesapi.Rule) int {
+		return cmp.Or(strings.Compare(a.Team, b.Team), strings.Compare(a.Name, b.Name))
+	})
+	doc, _, err := ruledoc.ServedDocument(next)
+	if err != nil {
+		if errors.Is(err, config.ErrRulesTooLarge) {
+			return "", err
+		}
+		return "", &ruledoc.InvalidError{Problems: []rulesapi.FieldProblem{{Message: "the served document would be invalid: " + err.Error()}}}
+	}
+	return doc, nil
+}
+
+// write stores a change as version: the team's rules, its version, the
+// served document, the team's history and the audit log.
+func (s *Server) write(ctx context.Context, tx *store.Tx, a actor, tc teamChange, action string, version int64,
+	before []rulesapi.Rule, final map[string]string, changes []rulesapi.Change, doc string) (store.Served, error) {
+	now := s.now()
+	for _, c := range changes {
+		var err error
+		if c.Action == rulesapi.ActionDelete {
+			err = tx.DeleteRule(ctx, tc.team, c.Rule)
+		} else {
+			err = tx.PutRule(ctx, rulesapi.Rule{Team: tc.team, Name: c.Rule, Spec: final[c.Rule], Version: version, UpdatedAt: now})
+		}
+		if err != nil {
+			return store.Served{}, err
+		}
+	}
+	if err := tx.SetTeamVersion(ctx, tc.team, version); err != nil {
+		return store.Served{}, err
+	}
+	sv := store.Served{Version: version, Document: doc, UpdatedAt: now}
+	if err := tx.SetServed(ctx, sv); err != nil {
+		return store.Served{}, err
+	}
+	h := rulesapi.HistoryEntry{Version: version, At: now, Actor: a.String(), TokenID: a.tokenID, Action: action, Rule: tc.rule, Document: ruledoc.Compose(entries(final))}
+	if err := tx.AddHistory(ctx, tc.team, h); err != nil {
+		return store.Served{}, err
+	}
+	if err := s.auditChange(ctx, tx, a, tc, version, now, before, final, changes); err != nil {
+		return store.Served{}, err
+	}
+	return sv, nil
 }
 
 func entries(specs map[string]string) []ruledoc.Entry {
