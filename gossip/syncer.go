@@ -19,9 +19,9 @@ type Syncer struct {
 	log    hclog.Logger
 	self   string
 	// mlc is memberlist's configuration, made by New; ml is memberlist, set
-	// once by Start (nil before: see list).
+	// once by Start, or by Simulate (nil before: see list).
 	mlc *memberlist.Config
-	ml  atomic.Pointer[memberlist.Memberlist]
+	ml  atomic.Pointer[membershipRef]
 
 	// lifeMu serialises Start, Leave and Shutdown; life is where the syncer
 	// is (lifecycle.go).
@@ -83,6 +83,8 @@ type Syncer struct {
 	born time.Time
 	// censusID tags memberlist's metrics for Config.Census (censussink.go).
 	censusID string
+	// simulated is set by Simulate: no transport, so no sender book.
+	simulated bool
 }
 
 type counterKey struct{ origin, rule, key string }

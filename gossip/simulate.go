@@ -1,0 +1,45 @@
+package gossip
+
+import (
+	"errors"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Simulation: a syncer run without memberlist, its network or its own
+// goroutines, so that one process can run thousands of them against a
+// virtual clock (testcluster/sim). The simulator plays memberlist: it calls
+// the delegate and the event delegate Simulate returns as memberlist would
+// (a packet arrived, a push-pull state to give or merge, a member joined or
+// left), and calls the syncer's periodic work itself (Flush each gossip
+// interval, PruneSeen each SeenTTL). Everything else is the production
+// code: the counters, their coalescing, fan-out or relaying, the seen
+// table, allowances and push-pull adoption.
+
+// ErrSimulate is returned by Simulate on a syncer already started (or
+// simulated, or shut down).
+var ErrSimulate = errors.New("gossip: simulate needs a syncer that was never started")
+
+// Simulate makes the syncer run over m instead of memberlist, on the clock
+// now (its age is counted from the first reading), and returns the
+// callbacks memberlist would make into it. It starts nothing: the caller
+// drives it. Not for production: a simulated syncer has no transport, so
+// the sender guard (senderguard.go), which screens real packets, is off.
+func (s *Syncer) Simulate(m Membership, now func() time.Time) (memberlist.Delegate, memberlist.EventDelegate, error) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.life != created || s.ml.Load() != nil {
+		return nil, nil, ErrSimulate
+	}
+	s.life = running
+	s.simulated = true
+	s.now = now
+	s.born = now()
+	s.ml.Store(&membershipRef{m})
+	return (*delegate)(s), (*events)(s), nil
+}
+
+// PruneSeen forgets counters no packet has mentioned since the previous
+// prune: what the syncer does every SeenTTL (a simulator calls it).
+func (s *Syncer) PruneSeen() { s.pruneSeen() }
