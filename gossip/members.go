@@ -82,6 +82,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	delete(e.failed, n.Name)
 	node := copyNode(n)
 	e.peers[n.Name] = node
+	(*Syncer)(e).addPeerLocked(n.Name)
 	(*Syncer)(e).rebuildSendersLocked()
 	e.mu.Unlock()
 	(*Syncer)(e).queueResend(node)
@@ -99,6 +100,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	left := m.Leaving
 	e.mu.Lock()
 	delete(e.peers, n.Name)
+	(*Syncer)(e).removePeerLocked(n.Name)
 	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
 		e.failed[n.Name] = failedMember{addr: n.Address(), since: (*Syncer)(e).clock(), left: left}
 	}

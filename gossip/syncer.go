@@ -52,14 +52,18 @@ type Syncer struct {
 	// delegate. memberlist.Members returns pointers into its own state,
 	// which it rewrites in place when a node comes back: reading them later
 	// races with it, so the syncer sends to its own copies. Under mu.
-	peers    map[string]memberlist.Node
-	paused   atomic.Bool
-	leaving  atomic.Bool // set when Leave or Shutdown begins: memberlist's socket errors are then expected, joining stops
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	stats    Stats
-	resets   resetState // under mu, but for its resend channel
+	peers map[string]memberlist.Node
+	// peerNames and peerIndex list the names in peers, for picking a
+	// round's targets (targets.go). Under mu.
+	peerNames []string
+	peerIndex map[string]int
+	paused    atomic.Bool
+	leaving   atomic.Bool // set when Leave or Shutdown begins: memberlist's socket errors are then expected, joining stops
+	stop      chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
+	stats     Stats
+	resets    resetState // under mu, but for its resend channel
 	// transport is memberlist's network, made by Start; tstats counts what
 	// it refuses (here, so that they can be registered before Start).
 	transport *transport
