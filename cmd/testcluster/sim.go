@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -65,6 +67,105 @@ func simCommand() *cli.Command {
 	}
 }
 
+// simReport runs the baseline matrix and rewrites docs/SCALING.md's
+// measured tables between their markers.
 func simReport(c *cli.Context) error {
-	return fmt.Errorf("--report: not yet")
+	maxNodes, err := strconv.Atoi(c.String("max-nodes"))
+	if err != nil {
+		return fmt.Errorf("--max-nodes: %w", err)
+	}
+	tables := map[string]string{}
+	for _, t := range reportTables {
+		var b strings.Builder
+		b.WriteString(reportHeader)
+		for _, run := range t.runs {
+			if run.Nodes > maxNodes {
+				continue
+			}
+			s, err := sim.New(run)
+			if err != nil {
+				return err
+			}
+			r := s.Run()
+			r.Write(os.Stderr)
+			writeRow(&b, r, "today")
+		}
+		tables[t.marker] = b.String()
+	}
+	return rewriteBetweenMarkers(c.String("doc"), tables)
+}
+
+type reportTable struct {
+	marker string
+	runs   []sim.Config
+}
+
+// reportTables are SCALING.md's simulated tables: the limit 100/s burst
+// 100, 20 ms gossip, defaults otherwise.
+var reportTables = func() []reportTable {
+	var hot, lossy, spread []sim.Config
+	secs := func(n int) time.Duration {
+		if n >= 1000 {
+			return 5 * time.Second
+		}
+		return 10 * time.Second
+	}
+	for _, n := range []int{3, 10, 50, 100, 1000, 2000, 10000} {
+		hot = append(hot, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, MinPerNode: 20})
+		if n <= 1000 {
+			spread = append(spread, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, Scenario: sim.Spread})
+		}
+		if n <= 100 {
+			for _, loss := range []float64{0.1, 0.3} {
+				lossy = append(lossy, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, MinPerNode: 20, Loss: loss})
+			}
+		}
+	}
+	return []reportTable{{"sim-hot", hot}, {"sim-loss", lossy}, {"sim-spread", spread}}
+}()
+
+const reportHeader = "| N | design | mode | loss | admitted / allowed | first second | worst 1 s window over burst + rate | convergence p50 / p99 | fair 2 s shares (±25%) | per node: bytes/s sent | packets/s sent | est. CPU | sim s per simulated s |\n" +
+	"| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+
+func writeRow(b *strings.Builder, r *sim.Report, design string) {
+	fair := "-"
+	if r.Fairness.Windows > 0 {
+		fair = fmt.Sprintf("%.0f%%", 100*r.Fairness.Within25)
+	}
+	conv := fmt.Sprintf("%.0f / %.0f ms", r.Convergence.P50, r.Convergence.P99)
+	if r.Convergence.Converged < r.Convergence.Probes {
+		conv += fmt.Sprintf(" (%d of %d)", r.Convergence.Converged, r.Convergence.Probes)
+	}
+	fmt.Fprintf(b, "| %d | %s | %s | %.0f%% | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.2f%% | %.2f |\n",
+		r.Nodes, design, r.Mode, 100*r.Loss, r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts,
+		conv, fair, human(r.PerNode.BytesSent), r.PerNode.PacketsSent, 100*r.EstimatedCPU, r.Wall.Seconds()/r.Seconds)
+}
+
+func human(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.1f MB", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1f kB", v/1e3)
+	}
+	return fmt.Sprintf("%.0f B", v)
+}
+
+// rewriteBetweenMarkers replaces, in the file at path, what lies between
+// each "<!-- NAME -->" and "<!-- /NAME -->" line with tables[NAME].
+func rewriteBetweenMarkers(path string, tables map[string]string) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("rewrite the tables: %w", err)
+	}
+	text := string(doc)
+	for name, table := range tables {
+		open, end := "<!-- "+name+" -->\n", "<!-- /"+name+" -->"
+		i, j := strings.Index(text, open), strings.Index(text, end)
+		if i < 0 || j < i {
+			return fmt.Errorf("rewrite the tables: %s has no %q ... %q markers", path, open, end)
+		}
+		text = text[:i+len(open)] + table + text[j:]
+	}
+	return os.WriteFile(path, []byte(text), 0o644)
 }
