@@ -36,6 +36,7 @@ func simCommand() *cli.Command {
 			&cli.Float64Flag{Name: "loss", Usage: "fraction of packets lost"},
 			&cli.DurationFlag{Name: "latency", Value: 100 * time.Microsecond, Usage: "one-way latency, fixed part"},
 			&cli.DurationFlag{Name: "jitter", Value: 100 * time.Microsecond, Usage: "mean exponential extra delay (reorders)"},
+			&cli.DurationFlag{Name: "join-spread", Usage: "the membership forms over this long at the start (0: formed before the load)"},
 			&cli.Float64Flag{Name: "churn", Usage: "fraction of nodes replaced per minute"},
 			&cli.DurationFlag{Name: "partition-from", Usage: "partition: start"},
 			&cli.DurationFlag{Name: "partition-to", Usage: "partition: end (none unless after the start)"},
@@ -54,7 +55,7 @@ func simCommand() *cli.Command {
 				Offered: c.Float64("offered"), MinPerNode: c.Float64("min-per-node"), PerHost: c.Float64("per-host"), Keys: c.Int("keys"),
 				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"),
 				PushPullInterval: c.Duration("push-pull-interval"), Loss: c.Float64("loss"), Latency: c.Duration("latency"),
-				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"),
+				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), JoinSpread: c.Duration("join-spread"),
 				Partition: sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
 			}
 			s, err := sim.New(cfg)

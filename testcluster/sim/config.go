@@ -40,6 +40,14 @@ type Config struct {
 	// node crashes, the others declare it dead after DetectAfter, and a
 	// new node (a new name) joins in its place at once.
 	ChurnPerMinute float64
+	// JoinSpread is how long the membership takes to form at the start:
+	// node i learns of node j at a time drawn uniformly from [0,
+	// JoinSpread) for each ordered pair (as memberlist spreads joins by
+	// gossip). Until then i sends j nothing and refuses j's packets, as the
+	// sender guard refuses a sender it does not know. Load starts at 0
+	// regardless, as testcluster's does once every process serves. Default
+	// 0: the cluster is formed before the load starts.
+	JoinSpread time.Duration
 	// DetectAfter is how long the cluster takes to declare a crashed node
 	// dead. Default: memberlist's LAN suspicion timeout for the size,
 	// 4·max(1, log10 N) probe intervals of 1 s.
@@ -58,6 +66,9 @@ type Config struct {
 	// uniformly over Keys keys. Defaults 50/s and Nodes keys.
 	PerHost float64
 	Keys    int
+	// Quiet is the end of the run without load (gossip goes on), so that
+	// balances settle before Report.Balances reads them. Default 0.
+	Quiet time.Duration
 	// Probes measures convergence: a probe is one token consumed at one
 	// node on a key of its own, at a random gap of up to ProbeEvery, and
 	// its lag is until every other live node's ledger was charged it (or

@@ -79,6 +79,9 @@ func (s *Sim) deliver(e event) {
 	if !n.alive || n.gen != e.gen {
 		return
 	}
+	if !s.knows(n.i, int(e.from)) {
+		return // the sender guard refuses a sender that is not a member
+	}
 	n.pktRecv++
 	n.bytesRcv += uint64(len(e.msg))
 	start := time.Now()
@@ -103,8 +106,8 @@ func (s *Sim) pushPull(n *node) {
 			return
 		}
 	}
-	if s.cut(n.i, peer) {
-		return // the TCP connection fails
+	if s.cut(n.i, peer) || !s.knows(n.i, peer) {
+		return // the TCP connection fails, or n does not know peer yet
 	}
 	start := time.Now()
 	st := n.dg.LocalState(false)

@@ -42,7 +42,8 @@ type node struct {
 	self   memberlist.Node
 
 	// Measurements.
-	admitted            uint64 // hot requests admitted here
+	requests            uint64 // requests of the load made here
+	admitted            uint64 // of which admitted
 	windowAdmitted      uint64 // since the last fairness sample
 	pktSent, pktRecv    uint64 // best-effort packets
 	bytesSent, bytesRcv uint64

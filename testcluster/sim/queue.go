@@ -18,6 +18,7 @@ const (
 	evChurn                // a node is replaced
 	evDeclare              // the cluster declares a crashed node dead
 	evSample               // the simulator samples its measurements
+	evJoin                 // a node learns of a member as the cluster forms
 )
 
 type event struct {

@@ -25,17 +25,22 @@ type Report struct {
 	Mode     string // "direct" (fan-out) or "relayed"
 
 	// Accuracy (the hot key; Spread: all keys together).
-	Admitted     uint64
-	Allowed      float64 // burst + rate × T (Spread: over every key)
-	Accuracy     float64 // Admitted / Allowed
-	FirstSecond  uint64  // admitted in the first second
-	WorstWindow  float64 // most admitted in any 1 s window beyond burst + rate × 1 s
-	WorstBursts  float64 // WorstWindow in bursts
-	Convergence  Lags
-	Fairness     Fairness
-	PerNode      Traffic // per node per second, means
-	PerNodeMax   Traffic // per node per second, the busiest node
-	EstimatedCPU float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
+	Requests    uint64 // requests offered
+	Admitted    uint64
+	Allowed     float64 // burst + rate × T (Spread: over every key)
+	Accuracy    float64 // Admitted / Allowed
+	FirstSecond uint64  // admitted in the first second
+	WorstWindow float64 // most admitted in any 1 s window beyond burst + rate × 1 s
+	WorstBursts float64 // WorstWindow in bursts
+	// Balances: the hot key's balance on the live nodes at the end, lowest
+	// and highest, and what the limit leaves after the cluster's admitted
+	// total (burst + rate × T − Admitted, at most burst).
+	BalanceLow, BalanceHigh, BalanceIdeal float64
+	Convergence                           Lags
+	Fairness                              Fairness
+	PerNode                               Traffic // per node per second, means
+	PerNodeMax                            Traffic // per node per second, the busiest node
+	EstimatedCPU                          float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
 	// Measured on this machine, not repeatable.
 	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
 	Wall      time.Duration // the run's wall time
@@ -176,6 +181,7 @@ func (m *measure) report(s *Sim, wall time.Duration) *Report {
 	var busy time.Duration
 	for _, n := range nodes {
 		r.Admitted += n.admitted
+		r.Requests += n.requests
 		busy += n.busy
 		t := Traffic{float64(n.bytesSent) / secs, float64(n.bytesRcv) / secs, float64(n.pktSent) / secs, float64(n.pktRecv) / secs, float64(n.stateBytes) / secs}
 		r.PerNode.add(t)
@@ -189,6 +195,14 @@ func (m *measure) report(s *Sim, wall time.Duration) *Report {
 		r.Allowed = float64(len(s.keys)) * (burst + c.Rate*secs)
 	}
 	r.Accuracy = float64(r.Admitted) / r.Allowed
+	r.BalanceLow, r.BalanceHigh = math.Inf(1), math.Inf(-1)
+	for _, n := range s.nodes {
+		if n.alive {
+			b, _ := n.store.Balance(0, s.hot, s.lim.hot, s.clock())
+			r.BalanceLow, r.BalanceHigh = min(r.BalanceLow, b), max(r.BalanceHigh, b)
+		}
+	}
+	r.BalanceIdeal = min(burst, burst+c.Rate*secs-float64(r.Admitted))
 	for i := 0; i < len(m.bins) && i < int(time.Second/binWidth); i++ {
 		r.FirstSecond += m.bins[i]
 	}
@@ -263,8 +277,8 @@ func (r *Report) Repeatable() Report {
 func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "%d nodes (%s), %s load, loss %.0f%%, %.0f s simulated in %s (%.2f s per simulated second)\n",
 		r.Nodes, r.Mode, r.Scenario, 100*r.Loss, r.Seconds, r.Wall.Round(time.Millisecond), r.Wall.Seconds()/r.Seconds)
-	fmt.Fprintf(w, "  admitted %d of %.0f allowed: %.1f%%; first second %d; worst 1 s window %+.0f over (%.2f bursts)\n",
-		r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts)
+	fmt.Fprintf(w, "  admitted %d of %d requests and %.0f allowed: %.1f%%; first second %d; worst 1 s window %+.0f over (%.2f bursts)\n",
+		r.Admitted, r.Requests, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts)
 	cv := r.Convergence
 	fmt.Fprintf(w, "  convergence: %d/%d probes, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", cv.Converged, cv.Probes, cv.P50, cv.P99, cv.Max)
 	if f := r.Fairness; f.Windows > 0 {

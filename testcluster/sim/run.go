@@ -64,7 +64,11 @@ func New(cfg Config) (*Sim, error) {
 	s.alive = cfg.Nodes
 	for _, n := range s.nodes {
 		for _, m := range s.nodes {
-			n.ev.NotifyJoin(&m.self)
+			if at := s.joinAt(n.i, m.i); at == 0 {
+				n.ev.NotifyJoin(&m.self)
+			} else {
+				s.push(event{at: at, kind: evJoin, node: int32(n.i), from: int32(m.i)})
+			}
 		}
 	}
 	for _, n := range s.nodes {
@@ -164,8 +168,9 @@ func (s *Sim) handle(e event) {
 			return
 		}
 		s.request(n)
-		e.at += int64(s.requestGap())
-		s.push(e)
+		if e.at += int64(s.requestGap()); e.at < int64(s.cfg.Duration-s.cfg.Quiet) {
+			s.push(e)
+		}
 	case evRound:
 		n, ok := s.current(e)
 		if !ok {
@@ -202,6 +207,11 @@ func (s *Sim) handle(e event) {
 	case evChurn:
 		s.churn()
 		s.push(event{at: s.churnGap(), kind: evChurn})
+	case evJoin:
+		n, m := s.nodes[e.node], s.nodes[e.from]
+		if n.alive && n.gen == 0 && m.gen == 0 {
+			n.ev.NotifyJoin(&m.self)
+		}
 	case evDeclare:
 		gone := memberlist.Node{Name: string(e.msg), Port: uint16(e.node)}
 		for _, n := range s.nodes {
@@ -219,6 +229,7 @@ func (s *Sim) request(n *node) {
 	if s.cfg.Scenario == Spread {
 		key = s.keys[s.rnd.IntN(len(s.keys))]
 	}
+	n.requests++
 	r, err := n.store.Take(0, key, s.lim.hot, 1, s.clock())
 	if err != nil || !r.Allowed {
 		return
@@ -257,4 +268,27 @@ func (s *Sim) churn() {
 	}
 	s.schedule(n)
 	s.pushPull(n) // memberlist's join is a push-pull
+}
+
+// joinAt is when node i learns of node j as the cluster forms (see
+// Config.JoinSpread): 0 for itself, or without a spread.
+func (s *Sim) joinAt(i, j int) int64 {
+	if i == j || s.cfg.JoinSpread <= 0 {
+		return 0
+	}
+	h := splitmix(s.cfg.Seed ^ uint64(i)<<32 ^ uint64(j) ^ 0xa0761d6478bd642f)
+	return 1 + int64(h%uint64(s.cfg.JoinSpread))
+}
+
+// knows reports whether node i knows node j as a member now: only the
+// first generations' pairs are ever unknown (a replacement joins at once).
+func (s *Sim) knows(i, j int) bool {
+	return s.nodes[i].gen > 0 || s.nodes[j].gen > 0 || s.now >= s.joinAt(i, j)
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
