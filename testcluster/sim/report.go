@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -44,6 +45,8 @@ type Report struct {
 	// Measured on this machine, not repeatable.
 	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
 	Wall      time.Duration // the run's wall time
+	CPU       time.Duration // the run's CPU time (its thread's; Wall where not measured)
+	Heap      uint64        // bytes of heap in use at the end (every node's state)
 }
 
 // Lags is the convergence of probes: from one consumption to every other
@@ -170,7 +173,10 @@ func (m *measure) sample(s *Sim) {
 	m.fairN++
 }
 
-func (m *measure) report(s *Sim, wall time.Duration) *Report {
+// report sums up a run that took wall time and cpu of its thread: the
+// syncers' share of cpu is their share of the wall time (timed around each
+// call), so that time other programs held the cores counts for nothing.
+func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	c := s.cfg
 	secs := c.Duration.Seconds()
 	r := &Report{Nodes: c.Nodes, Seconds: secs, Scenario: c.Scenario, Loss: c.Loss, Mode: "direct", Wall: wall}
@@ -232,7 +238,11 @@ func (m *measure) report(s *Sim, wall time.Duration) *Report {
 	if m.fairN > 0 {
 		r.Fairness.Within25 /= float64(m.fairN)
 	}
-	r.SyncerCPU = busy.Seconds() / secs / float64(c.Nodes)
+	r.CPU = cpu
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.Heap = ms.HeapInuse
+	r.SyncerCPU = busy.Seconds() * (cpu.Seconds() / max(wall.Seconds(), 1e-9)) / secs / float64(c.Nodes)
 	r.EstimatedCPU = r.SyncerCPU + (r.PerNode.PacketsSent+r.PerNode.PacketsReceived)*PerPacketCPU.Seconds()
 	return r
 }
@@ -266,17 +276,18 @@ func quantile(sorted []float64, q float64) float64 {
 }
 
 // Repeatable returns the report without what depends on this machine's
-// speed (SyncerCPU, EstimatedCPU and Wall): what a seed must repeat.
+// speed and memory (SyncerCPU, EstimatedCPU, Wall, CPU and Heap): what a
+// seed must repeat.
 func (r *Report) Repeatable() Report {
 	c := *r
-	c.SyncerCPU, c.EstimatedCPU, c.Wall = 0, 0, 0
+	c.SyncerCPU, c.EstimatedCPU, c.Wall, c.CPU, c.Heap = 0, 0, 0, 0, 0
 	return c
 }
 
 // Write prints the report as text.
 func (r *Report) Write(w io.Writer) {
-	fmt.Fprintf(w, "%d nodes (%s), %s load, loss %.0f%%, %.0f s simulated in %s (%.2f s per simulated second)\n",
-		r.Nodes, r.Mode, r.Scenario, 100*r.Loss, r.Seconds, r.Wall.Round(time.Millisecond), r.Wall.Seconds()/r.Seconds)
+	fmt.Fprintf(w, "%d nodes (%s), %s load, loss %.0f%%, %.0f s simulated in %s, %s of CPU (%.2f CPU s per simulated second)\n",
+		r.Nodes, r.Mode, r.Scenario, 100*r.Loss, r.Seconds, r.Wall.Round(time.Millisecond), r.CPU.Round(time.Millisecond), r.CPU.Seconds()/r.Seconds)
 	fmt.Fprintf(w, "  admitted %d of %d requests and %.0f allowed: %.1f%%; first second %d; worst 1 s window %+.0f over (%.2f bursts)\n",
 		r.Admitted, r.Requests, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts)
 	cv := r.Convergence
@@ -288,6 +299,7 @@ func (r *Report) Write(w io.Writer) {
 	p, x := r.PerNode, r.PerNodeMax
 	fmt.Fprintf(w, "  per node per second: sent %.0f B in %.0f packets, received %.0f B in %.0f packets, push-pull %.0f B (busiest: %.0f B, %.0f packets sent)\n",
 		p.BytesSent, p.PacketsSent, p.BytesReceived, p.PacketsReceived, p.StateBytes, x.BytesSent, x.PacketsSent)
+	fmt.Fprintf(w, "  heap in use at the end: %.0f MB\n", float64(r.Heap)/(1<<20))
 	fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core measured, %.2f%% estimated with %s per packet\n",
 		100*r.SyncerCPU, 100*r.EstimatedCPU, PerPacketCPU)
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -137,6 +138,9 @@ func (s *Sim) clock() time.Time { return s.base.Add(time.Duration(s.now)) }
 
 // Run runs the simulation to its end and reports what it measured.
 func (s *Sim) Run() *Report {
+	runtime.LockOSThread() // so that the thread's CPU time is the run's
+	defer runtime.UnlockOSThread()
+	cpu0, measured := threadCPU()
 	wall := time.Now()
 	end := int64(s.cfg.Duration)
 	for s.q.Len() > 0 {
@@ -148,7 +152,12 @@ func (s *Sim) Run() *Report {
 		s.handle(e)
 	}
 	s.now = end
-	return s.m.report(s, time.Since(wall))
+	el := time.Since(wall)
+	cpu := el
+	if cpu1, ok := threadCPU(); ok && measured {
+		cpu = cpu1 - cpu0
+	}
+	return s.m.report(s, el, cpu)
 }
 
 func (s *Sim) current(e event) (*node, bool) {
