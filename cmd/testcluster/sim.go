@@ -43,6 +43,8 @@ func simCommand() *cli.Command {
 			&cli.IntFlag{Name: "partition-split", Usage: "partition: nodes below this index on one side"},
 			&cli.BoolFlag{Name: "report", Usage: "regenerate docs/SCALING.md's measured tables (the runs of scripts/scaling.sh); --nodes etc. are ignored"},
 			&cli.BoolFlag{Name: "validate", Usage: "run the simulator against real sluiced processes (3, 10, 50) and rewrite docs/SCALING.md's validation table"},
+			&cli.StringFlag{Name: "recorded", Value: "../../docs/benchmarks/raw/cluster.txt", Usage: "with --validate: BenchmarkGossipCost's recorded results, to compare traffic with"},
+			&cli.BoolFlag{Name: "traffic-only", Usage: "with --validate: only the traffic comparison (no processes)"},
 			&cli.StringFlag{Name: "sluiced", Usage: "with --validate: a sluiced binary to use instead of building one"},
 			&cli.StringFlag{Name: "max-nodes", Value: "10000", Usage: "with --report: the largest cluster size to run"},
 			&cli.StringFlag{Name: "doc", Value: "../../docs/SCALING.md", Usage: "with --report: the document to rewrite between its markers"},

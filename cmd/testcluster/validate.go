@@ -38,6 +38,13 @@ type validationRow struct {
 
 // simValidate runs both and rewrites the validation table.
 func simValidate(c *cli.Context) error {
+	if c.Bool("traffic-only") {
+		traffic, err := trafficTable(c.String("recorded"))
+		if err != nil {
+			return err
+		}
+		return rewriteBetweenMarkers(c.String("doc"), map[string]string{"validation-traffic": traffic})
+	}
 	dir, err := os.MkdirTemp("", "tcvalidate")
 	if err != nil {
 		return err
@@ -73,7 +80,11 @@ func simValidate(c *cli.Context) error {
 			writeValidation(&b, row)
 		}
 	}
-	return rewriteBetweenMarkers(c.String("doc"), map[string]string{"validation": b.String()})
+	traffic, err := trafficTable(c.String("recorded"))
+	if err != nil {
+		return err
+	}
+	return rewriteBetweenMarkers(c.String("doc"), map[string]string{"validation": b.String(), "validation-traffic": traffic})
 }
 
 // realRun drives n sluiced processes as testcluster's default run does.
