@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,7 @@ func simCommand() *cli.Command {
 			&cli.StringFlag{Name: "recorded", Value: "../../docs/benchmarks/raw/cluster.txt", Usage: "with --validate: BenchmarkGossipCost's recorded results, to compare traffic with"},
 			&cli.BoolFlag{Name: "traffic-only", Usage: "with --validate: only the traffic comparison (no processes)"},
 			&cli.StringFlag{Name: "sluiced", Usage: "with --validate: a sluiced binary to use instead of building one"},
+			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-fair, sim-spread)"},
 			&cli.StringFlag{Name: "max-nodes", Value: "10000", Usage: "with --report: the largest cluster size to run"},
 			&cli.StringFlag{Name: "doc", Value: "../../docs/SCALING.md", Usage: "with --report: the document to rewrite between its markers"},
 		},
@@ -83,7 +85,11 @@ func simReport(c *cli.Context) error {
 		return fmt.Errorf("--max-nodes: %w", err)
 	}
 	tables := map[string]string{}
+	only := c.StringSlice("tables")
 	for _, t := range reportTables {
+		if len(only) > 0 && !slices.Contains(only, t.marker) {
+			continue
+		}
 		var b strings.Builder
 		b.WriteString(reportHeader)
 		for _, run := range t.runs {

@@ -52,7 +52,7 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.Scenario == Spread {
 		s.keys = make([][]byte, cfg.Keys)
 		for i := range s.keys {
-			s.keys[i] = []byte("k" + strconv.Itoa(i))
+			s.keys[i] = []byte("key-" + strconv.Itoa(i)) // as BenchmarkGossipCost names them
 		}
 	}
 	s.m.init(s)

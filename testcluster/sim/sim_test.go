@@ -70,17 +70,17 @@ func TestSmallClusterHoldsTheLimit(t *testing.T) {
 	}
 }
 
-// A run of hundreds of nodes finishes in bounded time (generous: the
-// machine is shared).
+// A run of hundreds of nodes finishes in bounded time: its CPU time, which
+// other programs on a shared machine do not inflate (generous: -race runs
+// it several times slower).
 func TestBoundedRunTime(t *testing.T) {
-	start := time.Now()
 	s, err := New(Config{Nodes: 200, Duration: 2 * time.Second, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := s.Run()
-	if el := time.Since(start); el > 2*time.Minute {
-		t.Fatalf("200 nodes for 2 simulated seconds took %s", el)
+	if r.CPU > 2*time.Minute {
+		t.Fatalf("200 nodes for 2 simulated seconds took %s of CPU", r.CPU)
 	}
 	if r.Convergence.Probes == 0 || r.Admitted == 0 {
 		t.Fatalf("nothing measured: %+v", r)
