@@ -47,7 +47,7 @@ func simCommand() *cli.Command {
 			&cli.StringFlag{Name: "recorded", Value: "../../docs/benchmarks/raw/cluster.txt", Usage: "with --validate: BenchmarkGossipCost's recorded results, to compare traffic with"},
 			&cli.BoolFlag{Name: "traffic-only", Usage: "with --validate: only the traffic comparison (no processes)"},
 			&cli.StringFlag{Name: "sluiced", Usage: "with --validate: a sluiced binary to use instead of building one"},
-			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-fair, sim-spread)"},
+			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-fair, sim-spread, sim-churn)"},
 			&cli.StringFlag{Name: "max-nodes", Value: "10000", Usage: "with --report: the largest cluster size to run"},
 			&cli.StringFlag{Name: "doc", Value: "../../docs/SCALING.md", Usage: "with --report: the document to rewrite between its markers"},
 		},
@@ -139,7 +139,13 @@ var reportTables = func() []reportTable {
 			spread = append(spread, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, Scenario: sim.Spread})
 		}
 	}
-	return []reportTable{{"sim-hot", hot}, {"sim-loss", lossy}, {"sim-fair", fair}, {"sim-spread", spread}}
+	var churn []sim.Config
+	for _, n := range []int{50, 100} {
+		for _, perMinute := range []float64{0.01, 0.1} {
+			churn = append(churn, sim.Config{Nodes: n, Duration: 2 * time.Minute, Seed: 1, MinPerNode: 20, ChurnPerMinute: perMinute})
+		}
+	}
+	return []reportTable{{"sim-hot", hot}, {"sim-loss", lossy}, {"sim-fair", fair}, {"sim-spread", spread}, {"sim-churn", churn}}
 }()
 
 const reportHeader = "| N | design | mode | loss | admitted / allowed | first second | worst 1 s window over burst + rate | convergence p50 / p99 | fair 2 s shares (±25%) | per node: bytes/s sent | packets/s sent | est. CPU | sim: CPU s per simulated s, heap |\n" +

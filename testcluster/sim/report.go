@@ -114,12 +114,9 @@ func (s *Sim) probe() {
 	if r, err := n.store.Take(1, []byte(key), s.lim.probe, 1, s.clock()); err != nil || !r.Allowed {
 		return
 	}
-	p := &probe{start: s.now, from: from, need: s.alive - 1, seen: make([]uint64, (len(s.nodes)+63)/64)}
-	for _, o := range s.nodes {
-		if !o.alive && o.i != from {
-			p.need-- // a crashed member not yet declared: it will never hear
-		}
-	}
+	// Every other live node: crashed members not yet declared dead are
+	// counted in alive, and will never hear.
+	p := &probe{start: s.now, from: from, need: s.alive - 1 - s.crashed, seen: make([]uint64, (len(s.nodes)+63)/64)}
 	s.m.probes = append(s.m.probes, p)
 	s.m.byKey[key] = p
 }

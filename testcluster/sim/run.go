@@ -15,18 +15,19 @@ import (
 
 // Sim is one run: the nodes, the network between them and the clock.
 type Sim struct {
-	cfg   Config
-	rnd   *rand.Rand
-	q     queue
-	seq   uint64
-	now   int64     // virtual nanoseconds since the start
-	base  time.Time // the virtual clock's start
-	nodes []*node
-	alive int // members believed alive: up, or crashed and not yet declared dead
-	lim   limits
-	hot   []byte
-	keys  [][]byte
-	m     measure
+	cfg     Config
+	rnd     *rand.Rand
+	q       queue
+	seq     uint64
+	now     int64     // virtual nanoseconds since the start
+	base    time.Time // the virtual clock's start
+	nodes   []*node
+	alive   int // members believed alive: up, or crashed and not yet declared dead
+	crashed int // of which crashed
+	lim     limits
+	hot     []byte
+	keys    [][]byte
+	m       measure
 }
 
 // epoch is the virtual clock's start: fixed, so runs repeat.
@@ -229,6 +230,7 @@ func (s *Sim) handle(e event) {
 			}
 		}
 		s.alive--
+		s.crashed--
 	}
 }
 
@@ -259,6 +261,7 @@ func (s *Sim) churn() {
 		return
 	}
 	old.alive = false
+	s.crashed++
 	s.m.retire(old)
 	s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(i), msg: []byte(old.name)})
 	n, err := s.newNode(i, old.gen+1)
