@@ -157,11 +157,17 @@ func writeRow(b *strings.Builder, r *sim.Report, design string) {
 		fair = fmt.Sprintf("%.0f%%", 100*r.Fairness.Within25)
 	}
 	conv := fmt.Sprintf("%.0f / %.0f ms", r.Convergence.P50, r.Convergence.P99)
-	if r.Convergence.Converged < r.Convergence.Probes {
+	if r.Convergence.Converged == 0 {
+		conv = fmt.Sprintf("none of %d", r.Convergence.Probes)
+	} else if r.Convergence.Converged < r.Convergence.Probes {
 		conv += fmt.Sprintf(" (%d of %d)", r.Convergence.Converged, r.Convergence.Probes)
 	}
-	fmt.Fprintf(b, "| %d | %s | %s | %.0f%% | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.2f%% | %.2f, %.0f MB |\n",
-		r.Nodes, design, r.Mode, 100*r.Loss, r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts,
+	loss := fmt.Sprintf("%.0f%%", 100*r.Loss)
+	if r.Churn > 0 {
+		loss += fmt.Sprintf(", churn %g%%/min (%d replaced)", 100*r.Churn, r.Replaced)
+	}
+	fmt.Fprintf(b, "| %d | %s | %s | %s | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.2f%% | %.2f, %.0f MB |\n",
+		r.Nodes, design, r.Mode, loss, r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts,
 		conv, fair, human(r.PerNode.BytesSent), r.PerNode.PacketsSent, 100*r.EstimatedCPU, r.CPU.Seconds()/r.Seconds, float64(r.Heap)/(1<<20))
 }
 

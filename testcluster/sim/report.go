@@ -23,7 +23,9 @@ type Report struct {
 	Seconds  float64
 	Scenario Scenario
 	Loss     float64
-	Mode     string // "direct" (fan-out) or "relayed"
+	Churn    float64 // fraction of the nodes replaced per minute
+	Replaced int     // nodes replaced during the run
+	Mode     string  // "direct" (fan-out) or "relayed"
 
 	// Accuracy (the hot key; Spread: all keys together).
 	Requests    uint64 // requests offered
@@ -46,7 +48,7 @@ type Report struct {
 	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
 	Wall      time.Duration // the run's wall time
 	CPU       time.Duration // the run's CPU time (its thread's; Wall where not measured)
-	Heap      uint64        // bytes of heap in use at the end (every node's state)
+	Heap      uint64        // bytes of heap in use at the end, after a GC (every node's state)
 }
 
 // Lags is the convergence of probes: from one consumption to every other
@@ -176,7 +178,8 @@ func (m *measure) sample(s *Sim) {
 func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	c := s.cfg
 	secs := c.Duration.Seconds()
-	r := &Report{Nodes: c.Nodes, Seconds: secs, Scenario: c.Scenario, Loss: c.Loss, Mode: "direct", Wall: wall}
+	r := &Report{Nodes: c.Nodes, Seconds: secs, Scenario: c.Scenario, Loss: c.Loss, Churn: c.ChurnPerMinute, Replaced: len(m.retired),
+		Mode: "direct", Wall: wall}
 	if c.Nodes > c.FanoutLimit {
 		r.Mode = "relayed"
 	}
@@ -237,6 +240,7 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	}
 	r.CPU = cpu
 	var ms runtime.MemStats
+	runtime.GC() // what the nodes hold, not what is left over
 	runtime.ReadMemStats(&ms)
 	r.Heap = ms.HeapInuse
 	r.SyncerCPU = busy.Seconds() * (cpu.Seconds() / max(wall.Seconds(), 1e-9)) / secs / float64(c.Nodes)
@@ -287,6 +291,9 @@ func (r *Report) Write(w io.Writer) {
 		r.Nodes, r.Mode, r.Scenario, 100*r.Loss, r.Seconds, r.Wall.Round(time.Millisecond), r.CPU.Round(time.Millisecond), r.CPU.Seconds()/r.Seconds)
 	fmt.Fprintf(w, "  admitted %d of %d requests and %.0f allowed: %.1f%%; first second %d; worst 1 s window %+.0f over (%.2f bursts)\n",
 		r.Admitted, r.Requests, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts)
+	if r.Churn > 0 {
+		fmt.Fprintf(w, "  churn %g%% of the nodes per minute: %d replaced\n", 100*r.Churn, r.Replaced)
+	}
 	cv := r.Convergence
 	fmt.Fprintf(w, "  convergence: %d/%d probes, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", cv.Converged, cv.Probes, cv.P50, cv.P99, cv.Max)
 	if f := r.Fairness; f.Windows > 0 {
