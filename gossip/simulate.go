@@ -74,3 +74,30 @@ func (s *Syncer) eachPendingLocked(fn func(k pendingKey, p *pendingCounter)) {
 		}
 	}
 }
+
+// eachSeenLocked calls fn for each counter heard, until fn returns false:
+// in map order, or, in a simulation, in key order (a push-pull state lists
+// them in that order, and a receiver pays for a gap from their allowances
+// in it). Caller holds s.mu.
+func (s *Syncer) eachSeenLocked(fn func(k counterKey, sr *seenRange) bool) {
+	if !s.simulated {
+		for k, sr := range s.seen {
+			if !fn(k, sr) {
+				return
+			}
+		}
+		return
+	}
+	keys := make([]counterKey, 0, len(s.seen))
+	for k := range s.seen {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b counterKey) int {
+		return cmp.Or(cmp.Compare(a.origin, b.origin), cmp.Compare(a.rule, b.rule), cmp.Compare(a.key, b.key))
+	})
+	for _, k := range keys {
+		if !fn(k, s.seen[k]) {
+			return
+		}
+	}
+}

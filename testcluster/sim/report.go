@@ -183,7 +183,12 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	if c.Nodes > c.FanoutLimit {
 		r.Mode = "relayed"
 	}
+	var ms runtime.MemStats
+	runtime.GC() // what the nodes hold, not what is left over
+	runtime.ReadMemStats(&ms)
+	r.Heap = ms.HeapInuse
 	nodes := append(slices.Clone(s.nodes), m.retired...)
+	defer runtime.KeepAlive(s) // the nodes were in the heap measured
 	var busy time.Duration
 	for _, n := range nodes {
 		r.Admitted += n.admitted
@@ -239,10 +244,6 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 		r.Fairness.Within25 /= float64(m.fairN)
 	}
 	r.CPU = cpu
-	var ms runtime.MemStats
-	runtime.GC() // what the nodes hold, not what is left over
-	runtime.ReadMemStats(&ms)
-	r.Heap = ms.HeapInuse
 	r.SyncerCPU = busy.Seconds() * (cpu.Seconds() / max(wall.Seconds(), 1e-9)) / secs / float64(c.Nodes)
 	r.EstimatedCPU = r.SyncerCPU + (r.PerNode.PacketsSent+r.PerNode.PacketsReceived)*PerPacketCPU.Seconds()
 	return r
