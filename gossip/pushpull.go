@@ -30,15 +30,16 @@ func (s *Syncer) localState() []byte {
 	var seen []seenEntry
 	size = 0
 	s.mu.Lock()
-	for k, sr := range s.seen {
+	s.eachSeenLocked(func(k counterKey, sr *seenRange) bool {
 		if !listed[[2]string{k.rule, k.key}] {
-			continue
+			return true
 		}
 		if size += entryOverhead + len(k.origin) + len(k.rule) + len(k.key); size > stateBudget/2 {
-			break
+			return false
 		}
 		seen = append(seen, seenEntry{origin: k.origin, c: Counter{Rule: k.rule, Key: k.key, Epoch: sr.cur.epoch, Window: sr.cur.window, Used: sr.cur.hi}})
-	}
+		return true
+	})
 	s.mu.Unlock()
 	return encodeState(s.self, entries, seen)
 }
