@@ -83,6 +83,10 @@ type Syncer struct {
 	born time.Time
 	// censusID tags memberlist's metrics for Config.Census (censussink.go).
 	censusID string
+
+	// owner is owner mode's state (owner.go); under mu.
+	owner                   ownerState
+	ownerSent, ownerRefused atomic.Uint64
 }
 
 type counterKey struct{ origin, rule, key string }
