@@ -118,3 +118,92 @@ func TestOwnerModeConverges(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnerKilledMidRunKeepsTheLimit: the owner of a hot key is killed (no
+// leave) while every node is saturating the key. The others stop hearing
+// answers, fail over to the key's replica within ownerFailover rounds
+// (before memberlist declares the owner dead) and send it everything the
+// owner had not acknowledged: the cluster's total over the run stays
+// within 5% of burst + rate × T.
+func TestOwnerKilledMidRunKeepsTheLimit(t *testing.T) {
+	n := 10
+	if testing.Short() {
+		n = 5
+	}
+	c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"})
+	const key = "killed-owner-key"
+	owner, replica := c.Node(0).Daemon().Syncer().OwnerOf("api", key)
+	victim := -1
+	for i, nd := range c.Nodes() {
+		if nd.Name == owner {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		t.Fatalf("owner %q of %q is no node", owner, key)
+	}
+	const secs = 12
+	killAt := 3 * time.Second
+	start := time.Now()
+	killed := make(chan error, 1)
+	go func() {
+		timer := time.NewTimer(killAt)
+		defer timer.Stop()
+		<-timer.C
+		killed <- c.Crash(victim)
+	}()
+	perSec := driveSeconds(c, "api", key, evenLoad(n, 500), secs*time.Second)
+	elapsed := time.Since(start).Seconds()
+	if err := <-killed; err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for _, v := range perSec {
+		got += v
+	}
+	want := 100 + 100*elapsed
+	t.Logf("owner %s (node %d, replica %s) killed at %s: admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); per second %v",
+		owner, victim, replica, killAt, got, elapsed, want, 100*float64(got)/want, perSec)
+	if math.Abs(float64(got)-want) > 0.05*want {
+		t.Fatalf("admitted %d, want %.0f ± 5%%", got, want)
+	}
+}
+
+// driveSeconds is drive, counting admissions per second of the run.
+func driveSeconds(c *Cluster, rule, key string, perNode []int, d time.Duration) []int {
+	secs := int(d / time.Second)
+	counts := make([][]int, len(perNode))
+	done := make(chan struct{}, len(perNode))
+	start := time.Now()
+	for i, rate := range perNode {
+		counts[i] = make([]int, secs+1)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if rate == 0 {
+				return
+			}
+			tick := time.NewTicker(time.Second / time.Duration(rate))
+			defer tick.Stop()
+			for sent := 0; sent < rate*(secs+1); sent++ {
+				<-tick.C
+				at := time.Since(start)
+				if at >= d {
+					return
+				}
+				if dec := c.Allow(i, rule, key, 1); dec.Allowed && !dec.FailedOpen {
+					counts[i][int(at/time.Second)]++
+				}
+			}
+		}()
+	}
+	for range perNode {
+		<-done
+	}
+	out := make([]int, secs)
+	for _, cs := range counts {
+		for s := range secs {
+			out[s] += cs[s]
+		}
+	}
+	return out
+}
