@@ -555,7 +555,7 @@ func TestRejoinedMemberMayReportWhatItAdmittedAway(t *testing.T) {
 	}
 	// Its counters may arrive before this node sees it rejoin: while it is
 	// still listed as failed, the time since it failed counts.
-	s.failed = map[string]failedMember{"back": {since: time.Now().Add(-30 * time.Second)}}
+	s.failed = map[string]failedMember{"back": {since: s.clock().Add(-30 * time.Second)}}
 	s.receive(packet(s, "back", true, Counter{Rule: "r", Key: "k3", Epoch: 1, Used: 3100}))
 	if got := l.get("r/k3"); got != 3100 || s.stats.SuspiciousReports.Load() != 0 {
 		t.Fatalf("a failed member's first report after 30 s away: charged %d (suspicious %d), want 3100", got, s.stats.SuspiciousReports.Load())

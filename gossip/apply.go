@@ -145,7 +145,7 @@ func (s *Syncer) awayLocked(origin string, now time.Duration) time.Duration {
 		return r.away
 	}
 	if f, ok := s.failed[origin]; ok {
-		return max(0, time.Since(f.since))
+		return max(0, s.clock().Sub(f.since))
 	}
 	return 0
 }

@@ -36,7 +36,7 @@ func (s *Syncer) MemberStates() (MemberStates, bool) {
 	if s.list() == nil || s.stopped() {
 		return MemberStates{}, false
 	}
-	now := time.Now()
+	now := s.clock()
 	out := MemberStates{Alive: s.NumAlive(), At: now}
 	if c := s.cfg.Census; c != nil {
 		if n, ok := c.suspect(s.censusID); ok {

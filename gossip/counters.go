@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"math"
 	"slices"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // The sending side of the counter protocol: this node's consumption and
@@ -34,21 +32,15 @@ func (s *Syncer) round() {
 	s.ledger.Drain(func(c Counter) { own = append(own, c) })
 
 	s.mu.Lock()
-	targets := make([]*memberlist.Node, 0, len(s.peers))
-	for name := range s.peers {
-		if name != s.self {
-			n := s.peers[name]
-			targets = append(targets, &n)
-		}
-	}
-	fanout := s.fanoutLocked(len(targets) + 1)
+	others := s.othersLocked()
+	fanout := s.fanoutLocked(others + 1)
 	owner := s.ownerModeLocked() // owner.go
 	transmits := 1
 	switch {
 	case owner:
 		transmits = ownerResends
 	case !fanout:
-		transmits = retransmits(len(targets) + 1)
+		transmits = retransmits(others + 1)
 	}
 	for _, c := range own {
 		if !s.staleLocked(c) { // consumption a reset forgave is not reported
@@ -61,15 +53,12 @@ func (s *Syncer) round() {
 		s.sendOwner(out)
 		return
 	}
-	if len(s.pending) == 0 || len(targets) == 0 {
+	if len(s.pending) == 0 || others == 0 {
 		s.mu.Unlock()
 		return
 	}
 	packets, counts := s.packPendingLocked(fanout)
-	if !fanout && len(targets) > s.cfg.GossipNodes {
-		s.rnd.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
-		targets = targets[:s.cfg.GossipNodes]
-	}
+	targets := s.targetsLocked(fanout)
 	s.mu.Unlock()
 
 	at := uint64(max(0, s.clock().UnixNano()))
@@ -118,13 +107,13 @@ func (s *Syncer) packPendingLocked(direct bool) ([][]byte, []int) {
 		}
 	}
 	var windowed []pendingKey
-	for k, p := range s.pending {
+	s.eachPendingLocked(func(k pendingKey, p *pendingCounter) {
 		if k.window == 0 {
 			send(k, p)
 		} else {
 			windowed = append(windowed, k)
 		}
-	}
+	})
 	slices.SortFunc(windowed, func(a, b pendingKey) int { return cmp.Compare(a.window, b.window) })
 	w.flush()
 	for _, k := range windowed {

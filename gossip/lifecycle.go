@@ -170,7 +170,7 @@ func (s *Syncer) startMemberlist() error {
 	// (SetMeta): read the address once, before anything can update it.
 	addr := ml.LocalNode().Address()
 	s.addr.Store(&addr)
-	s.ml.Store(ml)
+	s.ml.Store(&membershipRef{ml})
 	nt.open() // only now does memberlist's member list hold this node
 	return nil
 }
@@ -185,8 +185,14 @@ func (s *Syncer) stopped() bool {
 	}
 }
 
-// list is memberlist once Start has created it, else nil.
-func (s *Syncer) list() *memberlist.Memberlist { return s.ml.Load() }
+// list is memberlist once Start has created it (or the simulated
+// membership Simulate gave), else nil.
+func (s *Syncer) list() Membership {
+	if r := s.ml.Load(); r != nil {
+		return r.m
+	}
+	return nil
+}
 
 // Addr is the address and port peers reach this node at; "" before Start.
 func (s *Syncer) Addr() string {

@@ -36,7 +36,7 @@ func (s *Syncer) reconnect() {
 	s.mu.Lock()
 	addrs := make([]string, 0, len(s.failed))
 	for name, f := range s.failed {
-		if time.Since(f.since) > reconnectGiveUp {
+		if s.clock().Sub(f.since) > reconnectGiveUp {
 			delete(s.failed, name)
 			continue
 		}
@@ -76,13 +76,15 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 			e.rejoined = map[string]rejoin{}
 		}
 		if _, ok := e.rejoined[n.Name]; ok || len(e.rejoined) < maxOrigins {
-			e.rejoined[n.Name] = rejoin{at: (*Syncer)(e).sinceBorn(), away: time.Since(f.since)}
+			e.rejoined[n.Name] = rejoin{at: (*Syncer)(e).sinceBorn(), away: (*Syncer)(e).clock().Sub(f.since)}
 		}
 	}
 	delete(e.failed, n.Name)
 	node := copyNode(n)
 	e.peers[n.Name] = node
+	(*Syncer)(e).addPeerLocked(n.Name)
 	(*Syncer)(e).rebuildSendersLocked()
+	e.owner.ring = nil // rebuilt when next used (owner.go)
 	e.mu.Unlock()
 	(*Syncer)(e).queueResend(node)
 	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
@@ -99,10 +101,12 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	left := m.Leaving
 	e.mu.Lock()
 	delete(e.peers, n.Name)
+	(*Syncer)(e).removePeerLocked(n.Name)
 	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
-		e.failed[n.Name] = failedMember{addr: n.Address(), since: time.Now(), left: left}
+		e.failed[n.Name] = failedMember{addr: n.Address(), since: (*Syncer)(e).clock(), left: left}
 	}
 	(*Syncer)(e).rebuildSendersLocked()
+	e.owner.ring = nil // rebuilt when next used (owner.go)
 	e.mu.Unlock()
 	how := "dead"
 	if left {
@@ -115,6 +119,7 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 	e.mu.Lock()
 	e.peers[n.Name] = copyNode(n)
 	(*Syncer)(e).rebuildSendersLocked()
+	e.owner.ring = nil // rebuilt when next used (owner.go)
 	e.mu.Unlock()
 	e.log.Debug("member updated", "name", n.Name)
 }

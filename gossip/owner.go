@@ -168,11 +168,12 @@ func checkGossipMode(m string) error {
 	return fmt.Errorf("gossip: mode %q; want auto, direct, relay or owner", m)
 }
 
-// refreshRingLocked rebuilds the ring when the membership changed (the
-// sender book is rebuilt on every membership event). Caller holds s.mu.
+// refreshRingLocked rebuilds the ring when the membership changed: the
+// event delegate drops it (members.go), and the sender book is rebuilt on
+// every membership event. Caller holds s.mu.
 func (s *Syncer) refreshRingLocked() {
 	book := s.senders.Load()
-	if s.owner.ring != nil && book == s.owner.ringFrom {
+	if s.owner.ring != nil && book == s.owner.ringFrom { // membership events set ring to nil
 		return
 	}
 	names := make([]string, 0, len(s.peers)+1)

@@ -96,6 +96,9 @@ func (b *senderBook) owner(src netip.AddrPort) string {
 // rebuildSendersLocked rebuilds the sender book from peers and failed.
 // Caller holds s.mu.
 func (s *Syncer) rebuildSendersLocked() {
+	if s.simulated {
+		return // no transport reads it (and rebuilding is O(members) per event)
+	}
 	b := &senderBook{
 		byAddr: make(map[netip.AddrPort]string, len(s.peers)+len(s.failed)),
 		byName: make(map[string]netip.AddrPort, len(s.peers)+len(s.failed)),

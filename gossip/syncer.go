@@ -19,9 +19,9 @@ type Syncer struct {
 	log    hclog.Logger
 	self   string
 	// mlc is memberlist's configuration, made by New; ml is memberlist, set
-	// once by Start (nil before: see list).
+	// once by Start, or by Simulate (nil before: see list).
 	mlc *memberlist.Config
-	ml  atomic.Pointer[memberlist.Memberlist]
+	ml  atomic.Pointer[membershipRef]
 
 	// lifeMu serialises Start, Leave and Shutdown; life is where the syncer
 	// is (lifecycle.go).
@@ -52,14 +52,18 @@ type Syncer struct {
 	// delegate. memberlist.Members returns pointers into its own state,
 	// which it rewrites in place when a node comes back: reading them later
 	// races with it, so the syncer sends to its own copies. Under mu.
-	peers    map[string]memberlist.Node
-	paused   atomic.Bool
-	leaving  atomic.Bool // set when Leave or Shutdown begins: memberlist's socket errors are then expected, joining stops
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	stats    Stats
-	resets   resetState // under mu, but for its resend channel
+	peers map[string]memberlist.Node
+	// peerNames and peerIndex list the names in peers, for picking a
+	// round's targets (targets.go). Under mu.
+	peerNames []string
+	peerIndex map[string]int
+	paused    atomic.Bool
+	leaving   atomic.Bool // set when Leave or Shutdown begins: memberlist's socket errors are then expected, joining stops
+	stop      chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
+	stats     Stats
+	resets    resetState // under mu, but for its resend channel
 	// transport is memberlist's network, made by Start; tstats counts what
 	// it refuses (here, so that they can be registered before Start).
 	transport *transport
@@ -83,6 +87,8 @@ type Syncer struct {
 	born time.Time
 	// censusID tags memberlist's metrics for Config.Census (censussink.go).
 	censusID string
+	// simulated is set by Simulate: no transport, so no sender book.
+	simulated bool
 
 	// owner is owner mode's state (owner.go); under mu.
 	owner                   ownerState

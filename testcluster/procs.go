@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -29,12 +30,18 @@ type ProcsOptions struct {
 // Procs is a cluster of sluiced processes, as they ship.
 type Procs struct {
 	dir     string
+	label   string
 	cmds    []*exec.Cmd
+	done    []chan struct{} // closed when each process has exited
 	clients []*clientlib.Client
 }
 
 // StartProcs starts opts.N sluiced processes on 127.0.0.1, each joining the
-// first, and connects a client to each.
+// first, and connects a client to each. Everything a process listens on is
+// chosen for this run, so clusters started at once on one host (by other
+// runs or tests) never meet: a free port per node (picked again if another
+// program takes it before the node binds it), no admin address, sockets in a
+// directory of the run's own, and a cluster label and gossip key of its own.
 func StartProcs(opts ProcsOptions) (*Procs, error) {
 	dir, err := os.MkdirTemp("", "tcp")
 	if err != nil {
@@ -47,27 +54,49 @@ func StartProcs(opts ProcsOptions) (*Procs, error) {
 		return nil, err
 	}
 	// One random key for the cluster, given in the environment (never on the
-	// command line, where every local user could read it).
+	// command line, where every local user could read it), and a label of
+	// the run's own.
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("testcluster: gossip key: %w", err)
 	}
+	p.label = fmt.Sprintf("testcluster-%x", raw[:4])
 	env := append(os.Environ(), "SLUICE_GOSSIP_KEY="+base64.StdEncoding.EncodeToString(raw[:]))
-	ports := make([]int, opts.N)
-	for i := range ports {
-		if ports[i], err = freeLoopbackPort(); err != nil {
+	first := 0
+	for i := range opts.N {
+		port, err := p.startNode(opts, env, rules, i, first)
+		if err != nil {
 			p.Close()
 			return nil, err
 		}
+		if i == 0 {
+			first = port
+		}
 	}
-	for i := range opts.N {
-		sock := filepath.Join(dir, fmt.Sprintf("n%d.sock", i))
+	return p, nil
+}
+
+// bindAttempts is how often a node is started again on a new port when it
+// exits before serving (another program took its port in between).
+const bindAttempts = 5
+
+// startNode starts node i, joining the node at port first (unless it is
+// the first), and connects a client to it. It returns the node's gossip
+// port.
+func (p *Procs) startNode(opts ProcsOptions, env []string, rules string, i, first int) (int, error) {
+	sock := filepath.Join(p.dir, fmt.Sprintf("n%d.sock", i))
+	var lastErr error
+	for range bindAttempts {
+		port, err := freeLoopbackPort()
+		if err != nil {
+			return 0, err
+		}
 		args := []string{
 			"--socket", sock, "--rules", rules, "--node-name", fmt.Sprintf("proc-%d", i),
-			"--bind", fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			"--bind", fmt.Sprintf("127.0.0.1:%d", port),
 			"--gossip-interval", opts.GossipInterval.String(),
-			"--cluster-label", "testcluster-procs", "--log-level", "warn",
+			"--cluster-label", p.label, "--log-level", "warn",
 			"--admin-addr", "", // several on one host: a taken admin address is an error
 		}
 		if opts.FanoutLimit > 0 {
@@ -77,7 +106,7 @@ func StartProcs(opts ProcsOptions) (*Procs, error) {
 			args = append(args, "--gossip-mode", opts.GossipMode)
 		}
 		if i > 0 {
-			args = append(args, "--join", fmt.Sprintf("127.0.0.1:%d", ports[0]))
+			args = append(args, "--join", fmt.Sprintf("127.0.0.1:%d", first))
 		}
 		cmd := exec.Command(opts.Sluiced, args...)
 		cmd.Env = env
@@ -85,26 +114,49 @@ func StartProcs(opts ProcsOptions) (*Procs, error) {
 			cmd.Stderr = opts.Stderr
 		}
 		if err := cmd.Start(); err != nil {
-			p.Close()
-			return nil, fmt.Errorf("testcluster: start %s: %w", opts.Sluiced, err)
+			return 0, fmt.Errorf("testcluster: start %s: %w", opts.Sluiced, err)
 		}
-		p.cmds = append(p.cmds, cmd)
-		var c *clientlib.Client
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			c, err = clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 2 * time.Second})
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				p.Close()
-				return nil, fmt.Errorf("testcluster: sluiced %d did not serve within 20s: %w", i, err)
-			}
-			time.Sleep(5 * time.Millisecond) // a process starting up; nothing to wait on but its socket
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		c, err := dialNode(sock, done)
+		if err == nil {
+			p.cmds = append(p.cmds, cmd)
+			p.done = append(p.done, done)
+			p.clients = append(p.clients, c)
+			return port, nil
 		}
-		p.clients = append(p.clients, c)
+		cmd.Process.Kill()
+		<-done
+		lastErr = err
+		if !errors.Is(err, errExited) {
+			break
+		}
 	}
-	return p, nil
+	return 0, fmt.Errorf("testcluster: sluiced %d: %w", i, lastErr)
+}
+
+// errExited is a process that exited before serving.
+var errExited = errors.New("exited before serving (its port taken?)")
+
+// dialNode connects to a starting process's socket, until it serves (20 s
+// at most) or exits (done closed).
+func dialNode(sock string, done <-chan struct{}) (*clientlib.Client, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 2 * time.Second})
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-done:
+			return nil, errExited
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("did not serve within 20s: %w", err)
+		}
+		time.Sleep(5 * time.Millisecond) // a process starting up; nothing to wait on but its socket
+	}
 }
 
 func freeLoopbackPort() (int, error) {
@@ -145,14 +197,12 @@ func (p *Procs) Close() error {
 	for _, cmd := range p.cmds {
 		cmd.Process.Signal(os.Interrupt)
 	}
-	for _, cmd := range p.cmds {
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
+	for i, cmd := range p.cmds {
 		select {
-		case <-done:
+		case <-p.done[i]:
 		case <-time.After(10 * time.Second):
 			cmd.Process.Kill()
-			<-done
+			<-p.done[i]
 		}
 	}
 	return os.RemoveAll(p.dir)

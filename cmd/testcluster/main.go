@@ -55,7 +55,7 @@ func main() {
 			&cli.StringFlag{Name: "out", Value: "", Usage: "folder for run.csv and the charts admitted and convergence (.svg and .png) (default: out/testcluster-TIMESTAMP)"},
 		},
 		Action:   run,
-		Commands: []*cli.Command{soakCommand()},
+		Commands: []*cli.Command{soakCommand(), simCommand()},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "testcluster:", err)

@@ -66,6 +66,9 @@ var allowed = map[string][]string{
 	// memberlist transport it hands the daemon through gossip.Config.
 	"testcluster": {"daemon", "clientlib", "config", "gossip", "bucket",
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog"},
+	// The simulator: real syncers and stores over a simulated membership
+	// and network on a virtual clock (gossip.Syncer.Simulate).
+	"testcluster/sim": {"gossip", "bucket", "github.com/hashicorp/memberlist"},
 	// Thin commands: flags, then a library call.
 	"cmd/sluiced": {"daemon", "daemon/envoyrls", "daemon/httpapi", "proxy", "config", "gossip", "clientlib", "clientlib/httplimit", "ipc", "internal/buildinfo",
 		"github.com/urfave/cli/v2", "github.com/hashicorp/go-metrics", "github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},

@@ -1,0 +1,139 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Scenario is the load a run drives.
+type Scenario string
+
+// Scenarios.
+const (
+	// Hot: every node offers requests on one key of one limit (the limit
+	// saturated: Offered is several times its rate).
+	Hot Scenario = "hot"
+	// Spread: every node offers PerHost requests per second over Keys keys,
+	// each under its own limit (the fixed per-host load of SCALING.md).
+	Spread Scenario = "spread"
+)
+
+// Config is one run. Zero fields take the defaults noted.
+type Config struct {
+	Nodes    int           // cluster size. Required.
+	Duration time.Duration // simulated time under load. Default 10 s.
+	Seed     uint64        // same seed, same run
+
+	// Gossip, as gossip.Config.
+	GossipInterval   time.Duration // default 20 ms
+	FanoutLimit      int           // default 64
+	GossipNodes      int           // default 4
+	PushPullInterval time.Duration // default 10 s (memberlist stretches it above 32 members)
+
+	// Network.
+	Latency   time.Duration // one-way latency's fixed part. Default 100 µs.
+	Jitter    time.Duration // mean of an exponential extra delay (reorders packets). Default 100 µs.
+	Loss      float64       // fraction of best-effort packets lost
+	Partition Partition     // a split of the cluster for a time, if To > From
+	// ChurnPerMinute replaces that fraction of the nodes each minute: a
+	// node crashes, the others declare it dead after DetectAfter, and a
+	// new node (a new name) joins in its place at once.
+	ChurnPerMinute float64
+	// JoinSpread is how long the membership takes to form at the start:
+	// node i learns of node j at a time drawn uniformly from [0,
+	// JoinSpread) for each ordered pair (as memberlist spreads joins by
+	// gossip). Until then i sends j nothing and refuses j's packets, as the
+	// sender guard refuses a sender it does not know. Load starts at 0
+	// regardless, as testcluster's does once every process serves. Default
+	// 0: the cluster is formed before the load starts.
+	JoinSpread time.Duration
+	// DetectAfter is how long the cluster takes to declare a crashed node
+	// dead. Default: memberlist's LAN suspicion timeout for the size,
+	// 4·max(1, log10 N) probe intervals of 1 s.
+	DetectAfter time.Duration
+
+	// Load.
+	Scenario Scenario // default Hot
+	Rate     float64  // the limit's rate per second. Default 100.
+	Burst    int64    // the limit's burst. Default: Rate.
+	// Offered is the requests per second all nodes together offer on the
+	// hot key (Hot), split evenly; default 5 × Rate, at least
+	// MinPerNode per node.
+	Offered    float64
+	MinPerNode float64 // default 0
+	// PerHost and Keys: Spread's load, requests per second per node spread
+	// uniformly over Keys keys. Defaults 50/s and Nodes keys.
+	PerHost float64
+	Keys    int
+	// Quiet is the end of the run without load (gossip goes on), so that
+	// balances settle before Report.Balances reads them. Default 0.
+	Quiet time.Duration
+	// Probes measures convergence: a probe is one token consumed at one
+	// node on a key of its own, at a random gap of up to ProbeEvery, and
+	// its lag is until every other live node's ledger was charged it (or
+	// adopted it). Default ProbeEvery 500 ms (the testcluster's).
+	ProbeEvery time.Duration
+}
+
+// Partition cuts the nodes whose index is below Split from the others
+// between From and To (simulated time since the start).
+type Partition struct {
+	From, To time.Duration
+	Split    int
+}
+
+func (c *Config) setDefaults() error {
+	if c.Nodes < 2 {
+		return errors.New("sim: at least 2 nodes")
+	}
+	if c.Nodes > 65535 {
+		return fmt.Errorf("sim: %d nodes; at most 65535", c.Nodes)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.Duration, 10*time.Second)
+	def(&c.GossipInterval, 20*time.Millisecond)
+	def(&c.PushPullInterval, 10*time.Second)
+	def(&c.Latency, 100*time.Microsecond)
+	def(&c.Jitter, 100*time.Microsecond)
+	def(&c.ProbeEvery, 500*time.Millisecond)
+	if c.DetectAfter <= 0 {
+		c.DetectAfter = suspicionTimeout(c.Nodes)
+	}
+	if c.FanoutLimit <= 0 {
+		c.FanoutLimit = 64
+	}
+	if c.GossipNodes <= 0 {
+		c.GossipNodes = 4
+	}
+	if c.Scenario == "" {
+		c.Scenario = Hot
+	}
+	if c.Scenario != Hot && c.Scenario != Spread {
+		return fmt.Errorf("sim: unknown scenario %q (hot or spread)", c.Scenario)
+	}
+	if c.Rate <= 0 {
+		c.Rate = 100
+	}
+	if c.Burst <= 0 {
+		c.Burst = int64(c.Rate)
+	}
+	if c.Offered <= 0 {
+		c.Offered = 5 * c.Rate
+	}
+	c.Offered = max(c.Offered, c.MinPerNode*float64(c.Nodes))
+	if c.PerHost <= 0 {
+		c.PerHost = 50
+	}
+	if c.Keys <= 0 {
+		c.Keys = c.Nodes
+	}
+	if c.Loss < 0 || c.Loss >= 1 {
+		return fmt.Errorf("sim: loss %v outside [0, 1)", c.Loss)
+	}
+	return nil
+}

@@ -1,0 +1,19 @@
+// Package sim runs a Sluice cluster of thousands of nodes in one process on
+// a virtual clock, with the real gossip code: each node is a gossip.Syncer
+// (its counters, coalescing, direct fan-out or relaying, seen table,
+// allowances and push-pull adoption) over a real bucket.Store, and the
+// simulator plays memberlist and the network around them (gossip.Syncer's
+// Simulate hooks): latency, loss, reordering, partitions, crashes and
+// replacements, failure detection and push-pull, as discrete events in one
+// goroutine. A run with the same Config and seed repeats itself exactly.
+//
+// What the simulator does not run: memberlist itself (probes, suspicion,
+// its own gossip of membership), encryption and the kernel's UDP. Their cost
+// is estimated from measured per-packet figures (see Report.CPU); failure
+// detection is a fixed delay (memberlist's suspicion timeout for the size).
+//
+// Files: config.go (what a run is), queue.go (the event queue), network.go
+// (the simulated membership and network), node.go (a node: store, ledger,
+// syncer), run.go (the run: load, rounds, push-pull, churn), report.go
+// (what a run measured).
+package sim

@@ -1,0 +1,129 @@
+package sim
+
+import (
+	"math"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/gossip"
+)
+
+// Rules of a simulated node: one namespace each in its store.
+const (
+	ruleHot   = "hot"   // Hot's key, and Spread's keys: Rate, Burst
+	ruleProbe = "probe" // convergence probes: a limit nothing reaches
+)
+
+// limits are a run's limits, by rule.
+type limits struct{ hot, probe bucket.Limit }
+
+func (l *limits) of(rule string) (bucket.Limit, bucket.Namespace, bool) {
+	switch rule {
+	case ruleHot:
+		return l.hot, 0, true
+	case ruleProbe:
+		return l.probe, 1, true
+	}
+	return bucket.Limit{}, 0, false
+}
+
+// node is one simulated daemon.
+type node struct {
+	i      int
+	gen    uint32 // generation of this slot: a replacement is the next
+	name   string
+	alive  bool
+	store  *bucket.Store
+	syncer *gossip.Syncer
+	dg     memberlist.Delegate
+	ev     memberlist.EventDelegate
+	self   memberlist.Node
+
+	// Measurements.
+	requests            uint64 // requests of the load made here
+	admitted            uint64 // of which admitted
+	windowAdmitted      uint64 // since the last fairness sample
+	pktSent, pktRecv    uint64 // best-effort packets
+	bytesSent, bytesRcv uint64
+	stateBytes          uint64 // push-pull states sent and received
+	busy                time.Duration
+}
+
+// ledger is a simulated daemon's gossip.BoundedLedger over its store, as
+// the daemon's (daemon/cluster.go) with its rules fixed: no soft margin,
+// bucket algorithms.
+type ledger struct {
+	s *Sim
+	n *node
+}
+
+var _ gossip.BoundedLedger = ledger{}
+
+func (l ledger) Drain(fn func(gossip.Counter)) {
+	l.n.store.DrainDirty(func(c bucket.Consumption) {
+		fn(gossip.Counter{Rule: nsName(c.NS), Key: c.Key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev})
+	})
+}
+
+func nsName(ns bucket.Namespace) string {
+	if ns == 1 {
+		return ruleProbe
+	}
+	return ruleHot
+}
+
+func (l ledger) Charge(rule, key string, window, tokens uint64) {
+	lim, ns, ok := l.s.lim.of(rule)
+	if !ok {
+		return
+	}
+	l.n.store.ChargeWindow(ns, []byte(key), lim, int64(min(tokens, bucket.MaxCost)), window, l.s.clock())
+	if rule == ruleProbe {
+		l.s.probeSeen(l.n, key)
+	}
+}
+
+func (l ledger) Snapshot(fn func(gossip.Counter, float64) bool) {
+	l.n.store.Snapshot(l.s.clock(), func(ns bucket.Namespace, _ string) (bucket.Limit, bool) {
+		lim, _, ok := l.s.lim.of(nsName(ns))
+		return lim, ok
+	}, func(c bucket.Consumption, _ bucket.Limit, balance float64) bool {
+		return fn(gossip.Counter{Rule: nsName(c.NS), Key: c.Key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev}, balance)
+	})
+}
+
+func (l ledger) Adopt(rule, key string, window uint64, balance float64) bool {
+	lim, ns, ok := l.s.lim.of(rule)
+	if !ok {
+		return false
+	}
+	took := l.n.store.Adopt(ns, []byte(key), lim, window, balance, l.s.clock())
+	if took && rule == ruleProbe {
+		l.s.probeSeen(l.n, key)
+	}
+	return took
+}
+
+func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
+	lim, _, ok := l.s.lim.of(rule)
+	if !ok || key == "" || len(key) > l.n.store.MaxKeyLen() {
+		return gossip.Allowance{}, false
+	}
+	return gossip.Allowance{Burst: float64(lim.Burst()), PerSecond: lim.PerSecond()}, true
+}
+
+func (l ledger) Balance(rule, key string) (float64, gossip.Counter) {
+	lim, ns, ok := l.s.lim.of(rule)
+	if !ok {
+		return math.Inf(1), gossip.Counter{}
+	}
+	k := []byte(key)
+	b, _ := l.n.store.Balance(ns, k, lim, l.s.clock())
+	var own gossip.Counter
+	if c, ok := l.n.store.Local(ns, k); ok {
+		own = gossip.Counter{Rule: rule, Key: key, Epoch: c.Epoch, Window: c.Window, Used: c.Used, Prev: c.Prev}
+	}
+	return b, own
+}

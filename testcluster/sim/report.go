@@ -1,0 +1,293 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// PerPacketCPU is the CPU a packet costs beyond the syncer's own code
+// (memberlist's packet handling and the kernel's UDP, each way), used to
+// estimate a node's CPU: SCALING.md's measured c ≈ 5 µs per packet covers
+// both; the syncer's part is measured in the run itself.
+const PerPacketCPU = 5 * time.Microsecond
+
+// Report is what a run measured. Every field but Wall and SyncerCPU
+// repeats exactly with the same Config.
+type Report struct {
+	Nodes    int
+	Seconds  float64
+	Scenario Scenario
+	Loss     float64
+	Mode     string // "direct" (fan-out) or "relayed"
+
+	// Accuracy (the hot key; Spread: all keys together).
+	Requests    uint64 // requests offered
+	Admitted    uint64
+	Allowed     float64 // burst + rate × T (Spread: over every key)
+	Accuracy    float64 // Admitted / Allowed
+	FirstSecond uint64  // admitted in the first second
+	WorstWindow float64 // most admitted in any 1 s window beyond burst + rate × 1 s
+	WorstBursts float64 // WorstWindow in bursts
+	// Balances: the hot key's balance on the live nodes at the end, lowest
+	// and highest, and what the limit leaves after the cluster's admitted
+	// total (burst + rate × T − Admitted, at most burst).
+	BalanceLow, BalanceHigh, BalanceIdeal float64
+	Convergence                           Lags
+	Fairness                              Fairness
+	PerNode                               Traffic // per node per second, means
+	PerNodeMax                            Traffic // per node per second, the busiest node
+	EstimatedCPU                          float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
+	// Measured on this machine, not repeatable.
+	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
+	Wall      time.Duration // the run's wall time
+}
+
+// Lags is the convergence of probes: from one consumption to every other
+// live node's ledger reflecting it.
+type Lags struct {
+	Probes, Converged int
+	P50, P99, Max     float64 // milliseconds, of the converged
+}
+
+// Fairness is each node's share of what the cluster admitted of the hot
+// key over 2 s windows, against 1/N.
+type Fairness struct {
+	Windows int
+	// Within25 is the fraction of (node, window) shares within ±25% of 1/N;
+	// WorstLow and WorstHigh the lowest and highest share × N seen.
+	Within25            float64
+	WorstLow, WorstHigh float64
+}
+
+// Traffic is gossip traffic per node per second.
+type Traffic struct {
+	BytesSent, BytesReceived     float64 // counters packets (UDP)
+	PacketsSent, PacketsReceived float64
+	StateBytes                   float64 // push-pull states sent and received (TCP), membership not counted
+}
+
+// measure accumulates a run's measurements.
+type measure struct {
+	bins    []uint64 // hot admitted per binWidth
+	probes  []*probe
+	byKey   map[string]*probe
+	retired []*node // nodes replaced during the run, for traffic
+	fair    Fairness
+	fairN   int
+}
+
+type probe struct {
+	start   int64
+	from    int
+	need    int
+	seen    []uint64 // bitset of slots that reflected it
+	got     int
+	lag     int64
+	settled bool
+}
+
+func (m *measure) init(s *Sim) {
+	m.bins = make([]uint64, int(s.cfg.Duration/binWidth)+1)
+	m.byKey = map[string]*probe{}
+}
+
+func (s *Sim) bin() int { return int(time.Duration(s.now) / binWidth) }
+
+func (m *measure) retire(n *node) { m.retired = append(m.retired, n) }
+
+// probe consumes one token of a fresh probe key at the next node in turn.
+func (s *Sim) probe() {
+	k := len(s.m.probes)
+	from := k % len(s.nodes)
+	n := s.nodes[from]
+	if !n.alive {
+		return
+	}
+	key := "p" + strconv.Itoa(k)
+	if r, err := n.store.Take(1, []byte(key), s.lim.probe, 1, s.clock()); err != nil || !r.Allowed {
+		return
+	}
+	p := &probe{start: s.now, from: from, need: s.alive - 1, seen: make([]uint64, (len(s.nodes)+63)/64)}
+	for _, o := range s.nodes {
+		if !o.alive && o.i != from {
+			p.need-- // a crashed member not yet declared: it will never hear
+		}
+	}
+	s.m.probes = append(s.m.probes, p)
+	s.m.byKey[key] = p
+}
+
+// probeSeen records that node n's ledger reflects probe key.
+func (s *Sim) probeSeen(n *node, key string) {
+	p := s.m.byKey[key]
+	if p == nil || p.settled || n.i == p.from || p.seen[n.i/64]&(1<<(n.i%64)) != 0 {
+		return
+	}
+	p.seen[n.i/64] |= 1 << (n.i % 64)
+	if p.got++; p.got >= p.need {
+		p.settled, p.lag = true, s.now-p.start
+		delete(s.m.byKey, key)
+	}
+}
+
+// sample takes the fairness of the last 2 s window (Hot only).
+func (m *measure) sample(s *Sim) {
+	if s.cfg.Scenario != Hot {
+		return
+	}
+	var total uint64
+	live := 0
+	for _, n := range s.nodes {
+		if n.alive {
+			total += n.windowAdmitted
+			live++
+		}
+	}
+	if total == 0 || live == 0 {
+		return
+	}
+	if m.fair.Windows == 0 {
+		m.fair.WorstLow, m.fair.WorstHigh = math.Inf(1), math.Inf(-1)
+	}
+	m.fair.Windows++
+	within := 0
+	for _, n := range s.nodes {
+		if !n.alive {
+			continue
+		}
+		share := float64(n.windowAdmitted) / float64(total) * float64(live)
+		n.windowAdmitted = 0
+		if share >= 0.75 && share <= 1.25 {
+			within++
+		}
+		m.fair.WorstLow, m.fair.WorstHigh = min(m.fair.WorstLow, share), max(m.fair.WorstHigh, share)
+	}
+	m.fair.Within25 += float64(within) / float64(live)
+	m.fairN++
+}
+
+func (m *measure) report(s *Sim, wall time.Duration) *Report {
+	c := s.cfg
+	secs := c.Duration.Seconds()
+	r := &Report{Nodes: c.Nodes, Seconds: secs, Scenario: c.Scenario, Loss: c.Loss, Mode: "direct", Wall: wall}
+	if c.Nodes > c.FanoutLimit {
+		r.Mode = "relayed"
+	}
+	nodes := append(slices.Clone(s.nodes), m.retired...)
+	var busy time.Duration
+	for _, n := range nodes {
+		r.Admitted += n.admitted
+		r.Requests += n.requests
+		busy += n.busy
+		t := Traffic{float64(n.bytesSent) / secs, float64(n.bytesRcv) / secs, float64(n.pktSent) / secs, float64(n.pktRecv) / secs, float64(n.stateBytes) / secs}
+		r.PerNode.add(t)
+		r.PerNodeMax.max(t)
+	}
+	r.PerNode.scale(1 / float64(c.Nodes)) // slots: a replaced node's traffic adds to its slot's
+	burst := float64(c.Burst)
+	if c.Scenario == Hot {
+		r.Allowed = burst + c.Rate*secs
+	} else {
+		r.Allowed = float64(len(s.keys)) * (burst + c.Rate*secs)
+	}
+	r.Accuracy = float64(r.Admitted) / r.Allowed
+	r.BalanceLow, r.BalanceHigh = math.Inf(1), math.Inf(-1)
+	for _, n := range s.nodes {
+		if n.alive {
+			b, _ := n.store.Balance(0, s.hot, s.lim.hot, s.clock())
+			r.BalanceLow, r.BalanceHigh = min(r.BalanceLow, b), max(r.BalanceHigh, b)
+		}
+	}
+	r.BalanceIdeal = min(burst, burst+c.Rate*secs-float64(r.Admitted))
+	for i := 0; i < len(m.bins) && i < int(time.Second/binWidth); i++ {
+		r.FirstSecond += m.bins[i]
+	}
+	w := int(time.Second / binWidth)
+	var window uint64
+	for i, b := range m.bins {
+		window += b
+		if i >= w {
+			window -= m.bins[i-w]
+		}
+		r.WorstWindow = max(r.WorstWindow, float64(window)-(burst+c.Rate))
+	}
+	r.WorstBursts = r.WorstWindow / burst
+	var lags []float64
+	for _, p := range m.probes {
+		r.Convergence.Probes++
+		if p.settled {
+			r.Convergence.Converged++
+			lags = append(lags, float64(p.lag)/float64(time.Millisecond))
+		}
+	}
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		r.Convergence.P50, r.Convergence.P99, r.Convergence.Max = quantile(lags, 0.5), quantile(lags, 0.99), lags[len(lags)-1]
+	}
+	r.Fairness = m.fair
+	if m.fairN > 0 {
+		r.Fairness.Within25 /= float64(m.fairN)
+	}
+	r.SyncerCPU = busy.Seconds() / secs / float64(c.Nodes)
+	r.EstimatedCPU = r.SyncerCPU + (r.PerNode.PacketsSent+r.PerNode.PacketsReceived)*PerPacketCPU.Seconds()
+	return r
+}
+
+func (t *Traffic) add(o Traffic) {
+	t.BytesSent += o.BytesSent
+	t.BytesReceived += o.BytesReceived
+	t.PacketsSent += o.PacketsSent
+	t.PacketsReceived += o.PacketsReceived
+	t.StateBytes += o.StateBytes
+}
+
+func (t *Traffic) max(o Traffic) {
+	t.BytesSent = max(t.BytesSent, o.BytesSent)
+	t.BytesReceived = max(t.BytesReceived, o.BytesReceived)
+	t.PacketsSent = max(t.PacketsSent, o.PacketsSent)
+	t.PacketsReceived = max(t.PacketsReceived, o.PacketsReceived)
+	t.StateBytes = max(t.StateBytes, o.StateBytes)
+}
+
+func (t *Traffic) scale(f float64) {
+	t.BytesSent *= f
+	t.BytesReceived *= f
+	t.PacketsSent *= f
+	t.PacketsReceived *= f
+	t.StateBytes *= f
+}
+
+func quantile(sorted []float64, q float64) float64 {
+	return sorted[int(q*float64(len(sorted)-1))]
+}
+
+// Repeatable returns the report without what depends on this machine's
+// speed (SyncerCPU, EstimatedCPU and Wall): what a seed must repeat.
+func (r *Report) Repeatable() Report {
+	c := *r
+	c.SyncerCPU, c.EstimatedCPU, c.Wall = 0, 0, 0
+	return c
+}
+
+// Write prints the report as text.
+func (r *Report) Write(w io.Writer) {
+	fmt.Fprintf(w, "%d nodes (%s), %s load, loss %.0f%%, %.0f s simulated in %s (%.2f s per simulated second)\n",
+		r.Nodes, r.Mode, r.Scenario, 100*r.Loss, r.Seconds, r.Wall.Round(time.Millisecond), r.Wall.Seconds()/r.Seconds)
+	fmt.Fprintf(w, "  admitted %d of %d requests and %.0f allowed: %.1f%%; first second %d; worst 1 s window %+.0f over (%.2f bursts)\n",
+		r.Admitted, r.Requests, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts)
+	cv := r.Convergence
+	fmt.Fprintf(w, "  convergence: %d/%d probes, p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", cv.Converged, cv.Probes, cv.P50, cv.P99, cv.Max)
+	if f := r.Fairness; f.Windows > 0 {
+		fmt.Fprintf(w, "  fairness over %d 2 s windows: %.0f%% of shares within ±25%% of 1/N; share×N from %.2f to %.2f\n",
+			f.Windows, 100*f.Within25, f.WorstLow, f.WorstHigh)
+	}
+	p, x := r.PerNode, r.PerNodeMax
+	fmt.Fprintf(w, "  per node per second: sent %.0f B in %.0f packets, received %.0f B in %.0f packets, push-pull %.0f B (busiest: %.0f B, %.0f packets sent)\n",
+		p.BytesSent, p.PacketsSent, p.BytesReceived, p.PacketsReceived, p.StateBytes, x.BytesSent, x.PacketsSent)
+	fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core measured, %.2f%% estimated with %s per packet\n",
+		100*r.SyncerCPU, 100*r.EstimatedCPU, PerPacketCPU)
+}

@@ -1,0 +1,294 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/gossip"
+)
+
+// Sim is one run: the nodes, the network between them and the clock.
+type Sim struct {
+	cfg   Config
+	rnd   *rand.Rand
+	q     queue
+	seq   uint64
+	now   int64     // virtual nanoseconds since the start
+	base  time.Time // the virtual clock's start
+	nodes []*node
+	alive int // members believed alive: up, or crashed and not yet declared dead
+	lim   limits
+	hot   []byte
+	keys  [][]byte
+	m     measure
+}
+
+// epoch is the virtual clock's start: fixed, so runs repeat.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// binWidth is the resolution of the admitted-over-time record.
+const binWidth = 10 * time.Millisecond
+
+// New prepares a run: every node made and joined to every other.
+func New(cfg Config) (*Sim, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Sim{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)), base: epoch}
+	var err error
+	if s.lim.hot, err = bucket.NewLimit(int64(cfg.Rate*1000), 1000*time.Second, cfg.Burst); err != nil {
+		return nil, fmt.Errorf("sim: the limit: %w", err)
+	}
+	if s.lim.probe, err = bucket.NewLimit(1_000_000, time.Hour, 1_000_000); err != nil {
+		return nil, fmt.Errorf("sim: the probes' limit: %w", err)
+	}
+	s.hot = []byte("hot-key")
+	if cfg.Scenario == Spread {
+		s.keys = make([][]byte, cfg.Keys)
+		for i := range s.keys {
+			s.keys[i] = []byte("k" + strconv.Itoa(i))
+		}
+	}
+	s.m.init(s)
+	s.nodes = make([]*node, cfg.Nodes)
+	for i := range s.nodes {
+		if s.nodes[i], err = s.newNode(i, 0); err != nil {
+			return nil, err
+		}
+	}
+	s.alive = cfg.Nodes
+	for _, n := range s.nodes {
+		for _, m := range s.nodes {
+			if at := s.joinAt(n.i, m.i); at == 0 {
+				n.ev.NotifyJoin(&m.self)
+			} else {
+				s.push(event{at: at, kind: evJoin, node: int32(n.i), from: int32(m.i)})
+			}
+		}
+	}
+	for _, n := range s.nodes {
+		s.schedule(n)
+	}
+	s.push(event{at: s.rnd.Int64N(int64(cfg.ProbeEvery)), kind: evProbe})
+	s.push(event{at: int64(2 * time.Second), kind: evSample})
+	if cfg.ChurnPerMinute > 0 {
+		s.push(event{at: s.churnGap(), kind: evChurn})
+	}
+	return s, nil
+}
+
+func nameOf(i int, gen uint32) string {
+	if gen == 0 {
+		return fmt.Sprintf("n%05d", i)
+	}
+	return fmt.Sprintf("n%05d.%d", i, gen)
+}
+
+// newNode makes the node of slot i, generation gen: a store, its ledger
+// and a syncer over the simulated membership.
+func (s *Sim) newNode(i int, gen uint32) (*node, error) {
+	n := &node{i: i, gen: gen, name: nameOf(i, gen), alive: true}
+	n.store = bucket.NewStore(bucket.StoreConfig{MaxKeys: max(4096, 4*len(s.keys)), Shards: 1, TrackConsumption: true,
+		EpochBase: uint64(s.clock().UnixNano())})
+	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 1}
+	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
+		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval}, ledger{s, n})
+	if err != nil {
+		return nil, fmt.Errorf("sim: node %d: %w", i, err)
+	}
+	n.syncer = sy
+	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
+	if n.dg, n.ev, err = sy.Simulate(membership{s, n}, s.clock, seed); err != nil {
+		return nil, fmt.Errorf("sim: node %d: %w", i, err)
+	}
+	return n, nil
+}
+
+// schedule starts a node's periodic events, each at a random phase.
+func (s *Sim) schedule(n *node) {
+	at := func(every time.Duration) int64 { return s.now + s.rnd.Int64N(int64(every)) }
+	s.push(event{at: at(s.cfg.GossipInterval), kind: evRound, node: int32(n.i), gen: n.gen})
+	s.push(event{at: at(pushPullEvery(s.cfg.PushPullInterval, s.cfg.Nodes)), kind: evPushPull, node: int32(n.i), gen: n.gen})
+	s.push(event{at: at(time.Minute), kind: evPrune, node: int32(n.i), gen: n.gen})
+	s.push(event{at: at(s.requestGap()), kind: evRequest, node: int32(n.i), gen: n.gen})
+}
+
+// requestGap is the time between one node's requests.
+func (s *Sim) requestGap() time.Duration {
+	perNode := s.cfg.PerHost
+	if s.cfg.Scenario == Hot {
+		perNode = s.cfg.Offered / float64(s.cfg.Nodes)
+	}
+	return time.Duration(float64(time.Second) / perNode)
+}
+
+func (s *Sim) churnGap() int64 {
+	perSecond := s.cfg.ChurnPerMinute * float64(s.cfg.Nodes) / 60
+	return s.now + int64(s.rnd.ExpFloat64()/perSecond*float64(time.Second))
+}
+
+// clock is the virtual time.
+func (s *Sim) clock() time.Time { return s.base.Add(time.Duration(s.now)) }
+
+// Run runs the simulation to its end and reports what it measured.
+func (s *Sim) Run() *Report {
+	wall := time.Now()
+	end := int64(s.cfg.Duration)
+	for s.q.Len() > 0 {
+		e := s.pop()
+		if e.at >= end {
+			break
+		}
+		s.now = e.at
+		s.handle(e)
+	}
+	s.now = end
+	return s.m.report(s, time.Since(wall))
+}
+
+func (s *Sim) current(e event) (*node, bool) {
+	n := s.nodes[e.node]
+	return n, n.alive && n.gen == e.gen
+}
+
+func (s *Sim) handle(e event) {
+	switch e.kind {
+	case evPacket:
+		s.deliver(e)
+	case evState:
+		s.state(e)
+	case evRequest:
+		n, ok := s.current(e)
+		if !ok {
+			return
+		}
+		s.request(n)
+		if e.at += int64(s.requestGap()); e.at < int64(s.cfg.Duration-s.cfg.Quiet) {
+			s.push(e)
+		}
+	case evRound:
+		n, ok := s.current(e)
+		if !ok {
+			return
+		}
+		start := time.Now()
+		n.syncer.Flush()
+		n.busy += time.Since(start)
+		e.at += int64(s.cfg.GossipInterval)
+		s.push(e)
+	case evPushPull:
+		n, ok := s.current(e)
+		if !ok {
+			return
+		}
+		s.pushPull(n)
+		e.at += int64(pushPullEvery(s.cfg.PushPullInterval, s.cfg.Nodes))
+		s.push(e)
+	case evPrune:
+		n, ok := s.current(e)
+		if !ok {
+			return
+		}
+		n.syncer.PruneSeen()
+		e.at += int64(time.Minute)
+		s.push(e)
+	case evProbe:
+		s.probe()
+		s.push(event{at: s.now + 1 + s.rnd.Int64N(int64(s.cfg.ProbeEvery)), kind: evProbe})
+	case evSample:
+		s.m.sample(s)
+		e.at += int64(2 * time.Second)
+		s.push(e)
+	case evChurn:
+		s.churn()
+		s.push(event{at: s.churnGap(), kind: evChurn})
+	case evJoin:
+		n, m := s.nodes[e.node], s.nodes[e.from]
+		if n.alive && n.gen == 0 && m.gen == 0 {
+			n.ev.NotifyJoin(&m.self)
+		}
+	case evDeclare:
+		gone := memberlist.Node{Name: string(e.msg), Port: uint16(e.node)}
+		for _, n := range s.nodes {
+			if n.alive && n.name != gone.Name {
+				n.ev.NotifyLeave(&gone)
+			}
+		}
+		s.alive--
+	}
+}
+
+// request is one request of a node's load.
+func (s *Sim) request(n *node) {
+	key := s.hot
+	if s.cfg.Scenario == Spread {
+		key = s.keys[s.rnd.IntN(len(s.keys))]
+	}
+	n.requests++
+	r, err := n.store.Take(0, key, s.lim.hot, 1, s.clock())
+	if err != nil || !r.Allowed {
+		return
+	}
+	n.admitted++
+	n.windowAdmitted++
+	if b := s.bin(); b < len(s.m.bins) && s.cfg.Scenario == Hot {
+		s.m.bins[b]++
+	}
+}
+
+// churn crashes a random live node and starts its replacement (a new
+// name in the same slot), which joins every live member.
+func (s *Sim) churn() {
+	i := s.rnd.IntN(len(s.nodes))
+	old := s.nodes[i]
+	if !old.alive {
+		return
+	}
+	old.alive = false
+	s.m.retire(old)
+	s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(i), msg: []byte(old.name)})
+	n, err := s.newNode(i, old.gen+1)
+	if err != nil {
+		panic(err) // the configuration was valid for the first generation
+	}
+	s.nodes[i] = n
+	s.alive++
+	for _, m := range s.nodes {
+		if m.alive {
+			n.ev.NotifyJoin(&m.self)
+			if m != n {
+				m.ev.NotifyJoin(&n.self)
+			}
+		}
+	}
+	s.schedule(n)
+	s.pushPull(n) // memberlist's join is a push-pull
+}
+
+// joinAt is when node i learns of node j as the cluster forms (see
+// Config.JoinSpread): 0 for itself, or without a spread.
+func (s *Sim) joinAt(i, j int) int64 {
+	if i == j || s.cfg.JoinSpread <= 0 {
+		return 0
+	}
+	h := splitmix(s.cfg.Seed ^ uint64(i)<<32 ^ uint64(j) ^ 0xa0761d6478bd642f)
+	return 1 + int64(h%uint64(s.cfg.JoinSpread))
+}
+
+// knows reports whether node i knows node j as a member now: only the
+// first generations' pairs are ever unknown (a replacement joins at once).
+func (s *Sim) knows(i, j int) bool {
+	return s.nodes[i].gen > 0 || s.nodes[j].gen > 0 || s.now >= s.joinAt(i, j)
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
