@@ -45,6 +45,9 @@ type Config struct {
 	// (default): direct up to FanoutLimit members, owner beyond when every
 	// member speaks it, else relay.
 	GossipMode string
+	// Rings, if set, shares owner rings between the syncers of one
+	// process (a simulation's); nil: each syncer builds its own.
+	Rings *RingCache
 	// PushPullInterval is how often a full state exchange with one random
 	// peer repairs lost packets. Default 10s.
 	PushPullInterval time.Duration

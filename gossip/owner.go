@@ -126,16 +126,15 @@ type heardSlot struct {
 
 // ownerState is a syncer's owner-mode state; under Syncer.mu.
 type ownerState struct {
-	ring     *ownerRing
-	ringFrom *senderBook // the member book the ring was built from
-	capable  bool        // every member speaks owner mode
-	members  int         // members on memberlist's list, this node included
-	mine     map[aggKey]*ownedKey
-	subs     int // contributors over all of mine
-	heard    map[aggKey]*heardKey
-	lastGen  uint64
-	swept    time.Duration
-	round    uint64
+	ring    *ownerRing
+	fp      uint64 // XOR of memberHash over the members but this node
+	capable bool   // every member speaks owner mode
+	mine    map[aggKey]*ownedKey
+	subs    int // contributors over all of mine
+	heard   map[aggKey]*heardKey
+	lastGen uint64
+	swept   time.Duration
+	round   uint64
 	// waiting holds, per (rule, key) whose counters were sent and not yet
 	// answered, the round of the first such send; failover, per key sent to
 	// its replica, the round that began (see ownerFailover). Each at most
@@ -168,30 +167,46 @@ func checkGossipMode(m string) error {
 	return fmt.Errorf("gossip: mode %q; want auto, direct, relay or owner", m)
 }
 
-// refreshRingLocked rebuilds the ring when the membership changed: the
-// event delegate drops it (members.go), and the sender book is rebuilt on
-// every membership event. Caller holds s.mu.
+// refreshRingLocked rebuilds the ring if a membership event dropped it
+// (members.go), from the syncer's RingCache when it has one, and counts
+// the members that do not speak owner mode. Caller holds s.mu.
 func (s *Syncer) refreshRingLocked() {
-	book := s.senders.Load()
-	if s.owner.ring != nil && book == s.owner.ringFrom { // membership events set ring to nil
+	if s.owner.ring != nil {
 		return
 	}
-	names := make([]string, 0, len(s.peers)+1)
-	names = append(names, s.self)
-	capable, members := true, 1
-	for name, n := range s.peers {
-		if name == s.self {
-			continue
-		}
-		members++
-		if n.DMax >= protoOwner {
+	build := func() *ownerRing {
+		names := make([]string, 0, len(s.peers)+1)
+		names = append(names, s.self)
+		for name := range s.peers {
 			names = append(names, name)
-		} else {
-			capable = false
+		}
+		return newOwnerRing(names)
+	}
+	if s.cfg.Rings != nil {
+		fp := s.owner.fp ^ memberHash(s.self) ^ mix64(uint64(s.othersLocked()+1))
+		s.owner.ring = s.cfg.Rings.get(fp, build)
+	} else {
+		s.owner.ring = build()
+	}
+	s.owner.capable = true
+	if s.cfg.GossipMode == "" || s.cfg.GossipMode == ModeAuto {
+		for name, n := range s.peers {
+			if name != s.self && n.DMax < protoOwner {
+				s.owner.capable = false
+				break
+			}
 		}
 	}
-	s.owner.ring, s.owner.ringFrom = newOwnerRing(names), book
-	s.owner.capable, s.owner.members = capable, members
+}
+
+// ownerMemberLocked records that a member joined (or left) for the ring's
+// fingerprint and drops the ring, to be rebuilt when next used. Call it
+// only when the member's presence changes. Caller holds s.mu.
+func (s *Syncer) ownerMemberLocked(name string) {
+	if name != s.self {
+		s.owner.fp ^= memberHash(name)
+	}
+	s.owner.ring = nil
 }
 
 // ownerMode reports whether this node gossips in owner mode now.
@@ -211,7 +226,7 @@ func (s *Syncer) ownerModeLocked() bool {
 		return false
 	}
 	s.refreshRingLocked()
-	return s.owner.members > s.cfg.FanoutLimit && s.owner.capable
+	return s.othersLocked()+1 > s.cfg.FanoutLimit && s.owner.capable
 }
 
 // fanoutLocked reports whether, with n members, counters go straight to
@@ -438,17 +453,41 @@ func (s *Syncer) subFor(o *ownedKey, origin string, c Counter) *ownerSub {
 		if s.owner.subs >= s.cfg.MaxSeen {
 			return nil // what is not counted is admitted more, never less
 		}
-		sub = &ownerSub{epoch: c.Epoch, hi: c.Prev}
-		if s.sinceBorn()-o.born > freshAggregate*s.cfg.GossipInterval {
-			// A contributor new to an established aggregate is not charged
-			// its history (as a counter first heard midway, see applyLocked):
-			// its bucket is new or has heard of it already.
-			sub.sent = o.total
-		}
+		sub = &ownerSub{epoch: c.Epoch, hi: c.Prev, sent: s.newcomerPrevLocked(o, c)}
 		o.subs[origin] = sub
 		s.owner.subs++
 	}
 	return sub
+}
+
+// newcomerPrevLocked is what a contributor new to aggregate o is told it
+// heard before (its first answer charges it the rest). An aggregate made
+// anew (a new owner: it holds only what its contributors had not had
+// acknowledged, which nobody has charged) tells it everything. An
+// established one tells it the key's debt as the owner sees it: the
+// newcomer's bucket is new (full) or has heard of the key from elsewhere,
+// so charging it the aggregate's whole history would count old
+// consumption that has since been refilled, and charging it nothing would
+// give it a full burst the cluster has already spent (every newcomer one
+// more burst: the first-contact overshoot growing with N). The debt is
+// how far the owner's own balance lies below a full bucket, at most what
+// the others consumed. Without a BoundedLedger (tests), nothing. Caller
+// holds s.mu.
+func (s *Syncer) newcomerPrevLocked(o *ownedKey, c Counter) uint64 {
+	if s.sinceBorn()-o.born <= freshAggregate*s.cfg.GossipInterval {
+		return 0
+	}
+	bounded, ok := s.ledger.(BoundedLedger)
+	if !ok {
+		return o.total
+	}
+	a, ok := bounded.Allowance(c.Rule, c.Key)
+	if !ok {
+		return o.total
+	}
+	balance, _ := bounded.Balance(c.Rule, c.Key)
+	debt := max(0, a.Burst-a.Soft-balance)
+	return o.total - min(o.total, uint64(debt))
 }
 
 // aggregateOwnLocked adds this node's own consumption of a key it owns to
@@ -591,7 +630,7 @@ func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
 		s.stats.IgnoredPackets.Add(1) // in another mode, counters come from their origins
 		return nil, nil
 	}
-	others := max(1, s.owner.members-1)
+	others := max(1, s.othersLocked())
 	for _, a := range answers {
 		owner, replica := s.owner.ring.owners(a.rule, a.key)
 		if sender != owner && sender != replica {
