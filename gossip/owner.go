@@ -29,13 +29,18 @@ import (
 //     epoch, only what lies above the highest it has counted and above the
 //     counter's prev (the contributor's last acknowledged value): repeats,
 //     duplicates and reordering count nothing twice.
-//   - Answers are cumulative too, per (owner, gen): a receiver charges only
-//     what an answer adds to the last one it heard from that aggregate,
-//     holding the last two aggregates it heard of per key (so two owners
-//     during a membership change are both charged once). A receiver that
-//     first hears of an aggregate charges others−prev, prev being what the
-//     owner told it before: an answer it missed is not charged, erring
-//     toward admitting more.
+//   - Answers are cumulative too, per (owner, gen), gen naming the
+//     receiver's subscription to the owner's aggregate (made anew with the
+//     aggregate, or when the receiver comes back after ownerSubTTL without
+//     using the key): a receiver charges only what an answer adds to the
+//     last one it heard of that subscription, holding the last two per key
+//     (so two owners during a membership change are both charged once). A
+//     receiver that first hears of a subscription charges others−prev, prev
+//     being what the owner counts it as having heard (0 in a new aggregate,
+//     all but the key's debt in an established one: newcomerPrevLocked); an
+//     answer it missed is not charged, erring toward admitting more.
+//   - A node hears of a key only while it uses it (ownerSubTTL after its
+//     last counter), so what it hears is set by its own traffic.
 //   - A new owner (after a member joins or goes) makes a new aggregate and
 //     learns from the next counters, which carry everything the old owner
 //     had not acknowledged: nothing is lost beyond what the old owner had
@@ -83,6 +88,17 @@ const (
 	ownerFailoverHold = 512
 )
 
+// ownerSubTTL is how long a contributor keeps hearing of a key after it
+// last sent a counter for it: while it uses the key, and a little after.
+// A node that stops using a key stops being told of it (hearing of every
+// key it ever touched would make every node hear of every key, whatever
+// its own traffic); when it uses the key again it is a newcomer, told the
+// key's debt at once (newcomerPrevLocked). At least 50 gossip intervals.
+const ownerSubTTL = 2 * time.Second
+
+// subTTL is ownerSubTTL, at least 50 gossip intervals.
+func (s *Syncer) subTTL() time.Duration { return max(ownerSubTTL, 50*s.cfg.GossipInterval) }
+
 // freshAggregate is, in gossip intervals, how young an aggregate is whose
 // whole total a new contributor is told: one made anew (a new owner, after
 // a membership change) holds only what its contributors had not had
@@ -99,7 +115,6 @@ type aggKey struct {
 // ownedKey is an owner's aggregate for one key.
 type ownedKey struct {
 	born  time.Duration // since the syncer's birth
-	gen   uint64
 	total uint64
 	subs  map[string]*ownerSub
 	dirty bool // a contribution arrived since the last answers
@@ -107,6 +122,7 @@ type ownedKey struct {
 
 // ownerSub is one contributor to an aggregate.
 type ownerSub struct {
+	serial    uint64 // names this subscription in answers (their gen)
 	contrib   uint64 // counted into the total from this contributor
 	epoch, hi uint64 // its counter's epoch and the highest Used counted
 	sent      uint64 // others, as last told to it
@@ -132,7 +148,7 @@ type ownerState struct {
 	mine    map[aggKey]*ownedKey
 	subs    int // contributors over all of mine
 	heard   map[aggKey]*heardKey
-	lastGen uint64
+	lastGen uint64 // the last subscription serial given
 	swept   time.Duration
 	round   uint64
 	// waiting holds, per (rule, key) whose counters were sent and not yet
@@ -371,7 +387,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 		}
 		o.dirty = false
 		for name, sub := range o.subs {
-			if now-sub.heard > s.cfg.SeenTTL {
+			if now-sub.heard > s.subTTL() {
 				delete(o.subs, name)
 				s.owner.subs--
 				continue
@@ -385,7 +401,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
 				writers[name] = w
 			}
-			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: o.gen, prev: sub.sent,
+			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.sent,
 				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi})
 			sub.sent, sub.needAck = others, false
 		}
@@ -437,9 +453,7 @@ func (s *Syncer) aggregateFor(k aggKey) *ownedKey {
 		if s.owner.mine == nil {
 			s.owner.mine = map[aggKey]*ownedKey{}
 		}
-		gen := max(s.owner.lastGen+1, uint64(max(0, s.clock().UnixNano())))
-		s.owner.lastGen = gen
-		o = &ownedKey{gen: gen, born: s.sinceBorn(), subs: map[string]*ownerSub{}}
+		o = &ownedKey{born: s.sinceBorn(), subs: map[string]*ownerSub{}}
 		s.owner.mine[k] = o
 	}
 	return o
@@ -453,7 +467,11 @@ func (s *Syncer) subFor(o *ownedKey, origin string, c Counter) *ownerSub {
 		if s.owner.subs >= s.cfg.MaxSeen {
 			return nil // what is not counted is admitted more, never less
 		}
-		sub = &ownerSub{epoch: c.Epoch, hi: c.Prev, sent: s.newcomerPrevLocked(o, c)}
+		if s.owner.lastGen == 0 { // serials start at the clock: a restarted owner's are new
+			s.owner.lastGen = uint64(max(0, s.clock().UnixNano()))
+		}
+		s.owner.lastGen++
+		sub = &ownerSub{serial: s.owner.lastGen, epoch: c.Epoch, hi: c.Prev, sent: s.newcomerPrevLocked(o, c)}
 		o.subs[origin] = sub
 		s.owner.subs++
 	}

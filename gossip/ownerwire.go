@@ -17,12 +17,12 @@ import (
 // must be its sender, and it is always stamped (stamp.go). A node that
 // receives one charges it as counters and adds it to the key's aggregate.
 //
-// Kind 5 is the owner's answer, per key: gen names the owner's aggregate
-// (it changes when the aggregate is made anew, on another owner or after
-// the key went idle); others is the cumulative consumption of every origin
-// but the receiver in that aggregate, prev what the owner told this
-// receiver before (a receiver that first hears of gen charges others−prev:
-// what it was told before and missed is not charged, which errs toward
+// Kind 5 is the owner's answer, per key: gen names the receiver's
+// subscription to the owner's aggregate of the key (new when either is made
+// anew); others is the cumulative consumption of every origin but the
+// receiver in that aggregate, prev what the owner counts the receiver as
+// having heard before (a receiver that first hears of gen charges
+// others−prev, so what it missed is not charged, which errs toward
 // admitting more); ack_epoch and ack_used are the highest of the
 // receiver's own counters the owner has counted (the receiver stops
 // repeating them). Both kinds are sent only to members that advertise
