@@ -115,6 +115,7 @@ type aggKey struct {
 // ownedKey is an owner's aggregate for one key.
 type ownedKey struct {
 	born  time.Duration // since the syncer's birth
+	heard time.Duration // the last contribution, since the syncer's birth
 	total uint64
 	subs  map[string]*ownerSub
 	dirty bool // a contribution arrived since the last answers
@@ -156,7 +157,15 @@ type ownerState struct {
 	// its replica, the round that began (see ownerFailover). Each at most
 	// MaxSeen entries.
 	waiting  map[[2]string]uint64
-	failover map[[2]string]uint64
+	failover map[[2]string]failover
+}
+
+// failover is a key's counters sent to the replica instead of owner since
+// round at: it ends after ownerFailoverHold rounds, or when the ring names
+// another owner.
+type failover struct {
+	at    uint64
+	owner string
 }
 
 // OwnerStats counts owner mode's work; read it with Syncer.OwnerStats.
@@ -322,13 +331,14 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 // counter sent, it also starts and ends failovers. Caller holds s.mu.
 func (s *Syncer) ownerForLocked(rule, key string) string {
 	owner, replica := s.owner.ring.owners(rule, key)
-	if owner == s.self || replica == "" {
-		return owner
-	}
 	k := [2]string{rule, key}
 	st := &s.owner
-	if at, ok := st.failover[k]; ok {
-		if st.round-at < ownerFailoverHold {
+	if owner == s.self || replica == "" {
+		delete(st.failover, k)
+		return owner
+	}
+	if f, ok := st.failover[k]; ok {
+		if st.round-f.at < ownerFailoverHold && f.owner == owner {
 			owner = replica
 		} else {
 			delete(st.failover, k)
@@ -343,9 +353,9 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 		st.waiting[k] = st.round
 	case ok && st.round-at >= ownerFailover && owner != replica && len(st.failover) < s.cfg.MaxSeen:
 		if st.failover == nil {
-			st.failover = map[[2]string]uint64{}
+			st.failover = map[[2]string]failover{}
 		}
-		st.failover[k] = st.round
+		st.failover[k] = failover{at: st.round, owner: owner}
 		delete(st.waiting, k)
 		owner = replica
 	}
@@ -405,8 +415,8 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi})
 			sub.sent, sub.needAck = others, false
 		}
-		if len(o.subs) == 0 {
-			delete(s.owner.mine, k)
+		if len(o.subs) == 0 && now-o.heard > s.cfg.SeenTTL {
+			delete(s.owner.mine, k) // kept till then: one who comes back is told the key's debt (newcomerPrevLocked)
 		}
 	}
 	out := make([]ownerOut, 0, len(writers))
@@ -452,6 +462,13 @@ func (s *Syncer) aggregateFor(k aggKey) *ownedKey {
 	if o == nil {
 		if s.owner.mine == nil {
 			s.owner.mine = map[aggKey]*ownedKey{}
+		}
+		if len(s.owner.mine) >= s.cfg.MaxSeen {
+			for victim, v := range s.owner.mine { // map iteration starts at a random entry
+				s.owner.subs -= len(v.subs)
+				delete(s.owner.mine, victim)
+				break
+			}
 		}
 		o = &ownedKey{born: s.sinceBorn(), subs: map[string]*ownerSub{}}
 		s.owner.mine[k] = o
@@ -519,7 +536,7 @@ func (s *Syncer) aggregateOwnLocked(c Counter, now time.Duration) {
 	d := c.Used - c.Prev
 	sub.contrib += d
 	o.total += d
-	sub.heard = now
+	sub.heard, o.heard = now, now
 	o.dirty = o.dirty || d > 0
 }
 
@@ -534,7 +551,7 @@ func (s *Syncer) aggregateLocked(bounded bool, a Allowance, origin string, c Cou
 	if sub == nil {
 		return 0
 	}
-	sub.heard, sub.needAck, o.dirty = now, true, true
+	sub.heard, sub.needAck, o.dirty, o.heard = now, true, true, now
 	switch {
 	case c.Epoch < sub.epoch:
 		return 0 // a late counter of an epoch left behind
