@@ -207,3 +207,27 @@ func driveSeconds(c *Cluster, rule, key string, perNode []int, d time.Duration) 
 	}
 	return out
 }
+
+// TestOwnerModeUnderLoss: with 10% and 30% of packets dropped (and some
+// duplicated and reordered), owner mode still holds the limit within 5%:
+// counters are repeated until the owner acknowledges them, and answers are
+// cumulative, so a lost packet is repaired by the next.
+func TestOwnerModeUnderLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives 8 seconds of load per case")
+	}
+	for _, drop := range []float64{0.1, 0.3} {
+		t.Run(fmt.Sprintf("drop=%.0f%%", 100*drop), func(t *testing.T) {
+			c := start(t, Options{N: 10, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner",
+				Faults: Faults{Drop: drop, Duplicate: 0.1, Reorder: 0.1, Seed: 7}})
+			const secs = 8
+			start := time.Now()
+			got := drive(c, "api", "lossy-key", evenLoad(10, 500), secs*time.Second)
+			want := 100 + 100*time.Since(start).Seconds()
+			t.Logf("admitted %d, burst + rate × T = %.0f (%.1f%%) with %.0f%% of packets dropped", got, want, 100*float64(got)/want, 100*drop)
+			if math.Abs(float64(got)-want) > 0.05*want {
+				t.Fatalf("admitted %d, want %.0f ± 5%%", got, want)
+			}
+		})
+	}
+}
