@@ -39,8 +39,9 @@ import (
 //     being what the owner counts it as having heard (0 in a new aggregate,
 //     all but the key's debt in an established one: newcomerPrevLocked); an
 //     answer it missed is not charged, erring toward admitting more.
-//   - A node hears of a key only while it uses it (ownerSubTTL after its
-//     last counter), so what it hears is set by its own traffic.
+//   - A node hears of a key only while it uses it (every interval the key
+//     changes for ownerActiveTTL after its last counter, then once a second
+//     until ownerSubTTL), so what it hears is set by its own traffic.
 //   - A new owner (after a member joins or goes) makes a new aggregate and
 //     learns from the next counters, which carry everything the old owner
 //     had not acknowledged: nothing is lost beyond what the old owner had
@@ -88,16 +89,26 @@ const (
 	ownerFailoverHold = 512
 )
 
-// ownerSubTTL is how long a contributor keeps hearing of a key after it
-// last sent a counter for it: while it uses the key, and a little after.
-// A node that stops using a key stops being told of it (hearing of every
-// key it ever touched would make every node hear of every key, whatever
-// its own traffic); when it uses the key again it is a newcomer, told the
-// key's debt at once (newcomerPrevLocked). At least 50 gossip intervals.
-const ownerSubTTL = 2 * time.Second
+// How long a contributor keeps hearing of a key after it last sent a
+// counter for it. While it is active (ownerActiveTTL, at least 50 gossip
+// intervals) it is answered every interval the key changes; after that,
+// until ownerSubTTL, at most once per ownerIdlePush: a node that stopped
+// using a key (or is refused: it sends no counter then) still has its
+// bucket charged, at most that late, so its view never drifts a full
+// refill above the cluster's. Then it hears no more of the key (hearing of
+// every key it ever touched would make every node hear of every key,
+// whatever its own traffic); when it uses the key again it is a newcomer,
+// told the key's debt at once (newcomerPrevLocked).
+const (
+	ownerActiveTTL = 2 * time.Second
+	ownerSubTTL    = 10 * time.Second
+	ownerIdlePush  = time.Second
+)
 
-// subTTL is ownerSubTTL, at least 50 gossip intervals.
-func (s *Syncer) subTTL() time.Duration { return max(ownerSubTTL, 50*s.cfg.GossipInterval) }
+// activeTTL is ownerActiveTTL, at least 50 gossip intervals; subTTL is
+// ownerSubTTL, at least 5 activeTTL.
+func (s *Syncer) activeTTL() time.Duration { return max(ownerActiveTTL, 50*s.cfg.GossipInterval) }
+func (s *Syncer) subTTL() time.Duration    { return max(ownerSubTTL, 5*s.activeTTL()) }
 
 // freshAggregate is, in gossip intervals, how young an aggregate is whose
 // whole total a new contributor is told: one made anew (a new owner, after
@@ -128,7 +139,8 @@ type ownerSub struct {
 	epoch, hi uint64 // its counter's epoch and the highest Used counted
 	sent      uint64 // others, as last told to it
 	needAck   bool
-	heard     time.Duration // since born
+	heard     time.Duration // its last counter, since born
+	answered  time.Duration // its last answer, since born
 	allow     allowance
 }
 
@@ -406,6 +418,11 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			if name == s.self || (others == sub.sent && !sub.needAck) {
 				continue
 			}
+			if now-sub.heard > s.activeTTL() && now-sub.answered < ownerIdlePush {
+				o.dirty = true // an idle contributor's turn comes later
+				continue
+			}
+			sub.answered = now
 			w := writers[name]
 			if w == nil {
 				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
