@@ -3,8 +3,12 @@ package testcluster
 import (
 	"fmt"
 	"math"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -230,4 +234,71 @@ func TestOwnerModeUnderLoss(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOwnerModeProcesses: real sluiced processes started with --gossip-mode
+// owner hold a saturated key to burst + rate × T within 5%, and a token
+// taken on one shows on another node that holds the key.
+func TestOwnerModeProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs sluiced processes")
+	}
+	bin := filepath.Join(t.TempDir(), "sluiced")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sluiced").CombinedOutput(); err != nil {
+		t.Fatalf("build sluiced: %v\n%s", err, out)
+	}
+	const n = 4
+	p, err := StartProcs(ProcsOptions{N: n, Sluiced: bin, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	const secs = 6
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second / 125) // 500/s over the 4 nodes
+			defer tick.Stop()
+			for sent := 0; sent < 125*secs && time.Since(start) < secs*time.Second; sent++ {
+				<-tick.C
+				if d := p.Allow(i, "api", "proc-key", 1); d.Allowed && !d.FailedOpen {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	want := 100 + 100*time.Since(start).Seconds()
+	got := float64(admitted.Load())
+	t.Logf("%d processes in owner mode admitted %.0f; burst + rate × T = %.0f (%.1f%%)", n, got, want, 100*got/want)
+	if math.Abs(got-want) > 0.05*want {
+		t.Fatalf("admitted %.0f, want %.0f ± 5%%", got, want)
+	}
+	// Every node holds "probe-key"; one more token on node 0 shows on node 3.
+	for i := range n {
+		p.Allow(i, "probe", "probe-key", 1)
+	}
+	settled := func(node int, atMost float64) bool {
+		b, ok := p.Balance(node, "probe", "probe-key")
+		return ok && b <= atMost
+	}
+	wait := func(node int, atMost float64, what string) {
+		deadline := time.Now().Add(30 * time.Second)
+		poll := time.NewTicker(10 * time.Millisecond)
+		defer poll.Stop()
+		for !settled(node, atMost) {
+			if time.Now().After(deadline) {
+				b, _ := p.Balance(node, "probe", "probe-key")
+				t.Fatalf("%s: node %d's balance %.1f, want ≤ %.1f", what, node, b, atMost)
+			}
+			<-poll.C
+		}
+	}
+	wait(3, 1000-n+0.5, "every node's first token")
+	p.Allow(0, "probe", "probe-key", 1)
+	wait(3, 1000-n-0.5, "node 0's next token")
 }
