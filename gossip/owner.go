@@ -110,6 +110,14 @@ const (
 func (s *Syncer) activeTTL() time.Duration { return max(ownerActiveTTL, 50*s.cfg.GossipInterval) }
 func (s *Syncer) subTTL() time.Duration    { return max(ownerSubTTL, 5*s.activeTTL()) }
 
+// ownerAnswerBudget bounds the answers a node sends per round, over all
+// the keys it owns: a key that thousands of nodes use makes its owner
+// answer each of them every interval, so beyond the budget the others wait
+// for the next rounds (each is answered about every users/budget rounds,
+// and the view they decide on is that much older). At the default 20 ms,
+// at most 25,600 answers a second.
+const ownerAnswerBudget = 512
+
 // freshAggregate is, in gossip intervals, how young an aggregate is whose
 // whole total a new contributor is told: one made anew (a new owner, after
 // a membership change) holds only what its contributors had not had
@@ -403,6 +411,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 		}
 	}
 	writers := map[string]*answerWriter{}
+	budget := ownerAnswerBudget
 	for k, o := range s.owner.mine {
 		if !o.dirty && !sweep {
 			continue
@@ -422,6 +431,11 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				o.dirty = true // an idle contributor's turn comes later
 				continue
 			}
+			if budget == 0 {
+				o.dirty = true // the rest next round (map order: a random rest)
+				continue
+			}
+			budget--
 			sub.answered = now
 			w := writers[name]
 			if w == nil {

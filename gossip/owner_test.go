@@ -336,3 +336,38 @@ func FuzzDecodeOwnerMessages(f *testing.F) {
 		}
 	})
 }
+
+// An owner sends at most ownerAnswerBudget answers a round; the rest go
+// out in the next rounds, each contributor answered once.
+func TestOwnerAnswersAreBudgeted(t *testing.T) {
+	members := make([]string, 2*ownerAnswerBudget+10)
+	for i := range members {
+		members[i] = "n" + strconv.Itoa(i)
+	}
+	s, _ := newOwnerSyncer("o", members...)
+	s.cfg.MaxSeen = 1 << 20
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range members {
+		s.aggregateLocked(false, Allowance{}, m, Counter{Rule: "api", Key: "hot", Epoch: 1, Used: 1}, time.Second, time.Second)
+	}
+	answered := map[string]int{}
+	for round := range 4 {
+		n := 0
+		for _, o := range s.answersLocked(time.Second, uint64(round)) {
+			answered[o.to.Name]++
+			n++
+		}
+		if n > ownerAnswerBudget {
+			t.Fatalf("round %d: %d answers, budget %d", round, n, ownerAnswerBudget)
+		}
+	}
+	if len(answered) != len(members) {
+		t.Fatalf("%d of %d contributors answered after 4 rounds", len(answered), len(members))
+	}
+	for m, k := range answered {
+		if k != 1 {
+			t.Fatalf("%s answered %d times", m, k)
+		}
+	}
+}
