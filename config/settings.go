@@ -136,12 +136,14 @@ type Settings struct {
 
 // ClusterSettings configure membership and gossip (see package gossip).
 type ClusterSettings struct {
-	Bind             string   // ADDR:PORT memberlist listens on (UDP and TCP); default 0.0.0.0:7946 when only Join is set
-	Advertise        string   // ADDR[:PORT] peers are told; default: the bound address
-	Join             []string // peers to join, HOST:PORT; retried until one answers
-	GossipInterval   time.Duration
-	GossipNodes      int
-	FanoutLimit      int
+	Bind           string   // ADDR:PORT memberlist listens on (UDP and TCP); default 0.0.0.0:7946 when only Join is set
+	Advertise      string   // ADDR[:PORT] peers are told; default: the bound address
+	Join           []string // peers to join, HOST:PORT; retried until one answers
+	GossipInterval time.Duration
+	GossipNodes    int
+	FanoutLimit    int
+	// GossipMode is auto (default), direct, relay or owner (see gossip.Config).
+	GossipMode       string
 	PushPullInterval time.Duration
 	// RejoinInterval is how often the Join names are resolved again to find
 	// peers that were not there before (0: gossip's default, 30s).

@@ -142,6 +142,7 @@ func (d *Daemon) newSyncer(extra func(*gossip.Config), census *gossip.CensusSink
 		GossipInterval:   c.GossipInterval,
 		GossipNodes:      c.GossipNodes,
 		FanoutLimit:      c.FanoutLimit,
+		GossipMode:       c.GossipMode,
 		PushPullInterval: c.PushPullInterval,
 		RejoinInterval:   c.RejoinInterval,
 		SecretKey:        c.Key,

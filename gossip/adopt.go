@@ -22,7 +22,7 @@ func (s *Syncer) mergeState(b []byte) {
 		s.badLog.warn(s.log, s.clock(), "dropped a malformed push-pull state", "bytes", len(b), "error", err)
 		return
 	}
-	if origin == s.self {
+	if origin == s.self || s.ownerMode() { // owner mode repairs by its own counters (owner.go)
 		return
 	}
 	s.stats.StatesMerged.Add(1)

@@ -25,6 +25,9 @@ func (s *Syncer) receive(b []byte) {
 	case ok && kind == msgReset:
 		s.receiveResets(b)
 		return
+	case ok && (kind == msgOwnerCounters || kind == msgOwnerAnswer):
+		s.receiveOwner(kind, b) // owner.go
+		return
 	case ok && kind > msgReset:
 		s.stats.IgnoredPackets.Add(1)
 		s.log.Debug("ignored a gossip message of an unknown kind", "kind", kind, "bytes", len(b))
@@ -37,8 +40,6 @@ func (s *Syncer) receive(b []byte) {
 	}
 	var charges []charge
 	n := int(max(1, s.members.Load()))
-	relay := n > s.cfg.FanoutLimit
-	ownOnly := directOnly(n, s.cfg.FanoutLimit)
 	foreign := 0 // counters of other origins refused (direct fan-out)
 	transmits := retransmits(n)
 	bounded, _ := s.ledger.(BoundedLedger)
@@ -54,6 +55,9 @@ func (s *Syncer) receive(b []byte) {
 		return s.checkStampLocked(from, at, ok)
 	}
 	s.mu.Lock()
+	owner := s.ownerModeLocked()
+	relay := !owner && !s.fanoutLocked(n)
+	ownOnly := owner || s.cfg.GossipMode == ModeDirect || (s.cfg.GossipMode != ModeRelay && directOnly(n, s.cfg.FanoutLimit))
 	_, err := decodeCountersChecked(b, check, func(origin string, c Counter) {
 		if origin == s.self || s.staleLocked(c) {
 			return

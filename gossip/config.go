@@ -39,6 +39,15 @@ type Config struct {
 	// its price is N−1 packets per node per busy interval (about 3,150/s at
 	// 64 nodes and 20ms), which stays cheap up to this size.
 	FanoutLimit int
+	// GossipMode chooses how counters travel: "direct" (to every member),
+	// "relay" (to GossipNodes members, which relay), "owner" (to each key's
+	// owner, which answers with the cluster's view; see owner.go) or "auto"
+	// (default): direct up to FanoutLimit members, owner beyond when every
+	// member speaks it, else relay.
+	GossipMode string
+	// Rings, if set, shares owner rings between the syncers of one
+	// process (a simulation's); nil: each syncer builds its own.
+	Rings *RingCache
 	// PushPullInterval is how often a full state exchange with one random
 	// peer repairs lost packets. Default 10s.
 	PushPullInterval time.Duration
@@ -131,6 +140,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.FanoutLimit <= 0 {
 		c.FanoutLimit = DefaultFanoutLimit
+	}
+	if err := checkGossipMode(c.GossipMode); err != nil {
+		return err
 	}
 	if c.PushPullInterval <= 0 {
 		c.PushPullInterval = DefaultPushPullInterval

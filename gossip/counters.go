@@ -33,15 +33,25 @@ func (s *Syncer) round() {
 
 	s.mu.Lock()
 	others := s.othersLocked()
-	fanout := others+1 <= s.cfg.FanoutLimit
+	fanout := s.fanoutLocked(others + 1)
+	owner := s.ownerModeLocked() // owner.go
 	transmits := 1
-	if !fanout {
+	switch {
+	case owner:
+		transmits = ownerResends
+	case !fanout:
 		transmits = retransmits(others + 1)
 	}
 	for _, c := range own {
 		if !s.staleLocked(c) { // consumption a reset forgave is not reported
 			s.queueLocked(s.self, c, transmits)
 		}
+	}
+	if owner {
+		out := s.ownerRoundLocked()
+		s.mu.Unlock()
+		s.sendOwner(out)
+		return
 	}
 	if len(s.pending) == 0 || others == 0 {
 		s.mu.Unlock()

@@ -36,6 +36,13 @@
 // each node's counters and balances, repairing losses and teaching a daemon
 // that restarted or joined late the debts already owed.
 //
+// Above FanoutLimit, once every member speaks it, the syncer gossips in
+// owner mode instead (Config.GossipMode; owner.go): each key's counters go
+// only to the key's owner on a consistent-hash ring over the members,
+// which answers every node using the key with the cumulative consumption
+// of the others. A node then hears only of the keys it uses, and its cost
+// is set by its own traffic, not by the cluster's size.
+//
 // A counters packet names its sender. memberlist does not say where a
 // message came from, so the transport checks it before memberlist sees the
 // packet: the sender must be the member at the packet's source address
@@ -84,7 +91,8 @@
 // pending queue and rounds), apply.go, seen.go, allowance.go, stamp.go and
 // suspect.go (receiving them), pushpull.go (the push-pull state and its
 // merge), reset.go and resetwire.go (resets), views.go (what operators see),
-// meta.go and metasecurity.go (node metadata), delegate.go (memberlist's
+// owner.go, ownerring.go and ownerwire.go (owner mode: aggregation and
+// answers, the ring, its two messages), meta.go and metasecurity.go (node metadata), delegate.go (memberlist's
 // Delegate), wire.go (the counters format), transport.go, streamguard.go,
 // packetguard.go, senderguard.go and sourceaddr.go (the network, screened:
 // a counters packet's sender must be the member at its source address).

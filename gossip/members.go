@@ -82,6 +82,9 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	delete(e.failed, n.Name)
 	node := copyNode(n)
 	e.peers[n.Name] = node
+	if _, ok := e.peerIndex[n.Name]; !ok {
+		(*Syncer)(e).ownerMemberLocked(n.Name) // owner.go
+	}
 	(*Syncer)(e).addPeerLocked(n.Name)
 	(*Syncer)(e).rebuildSendersLocked()
 	e.mu.Unlock()
@@ -100,6 +103,9 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	left := m.Leaving
 	e.mu.Lock()
 	delete(e.peers, n.Name)
+	if _, ok := e.peerIndex[n.Name]; ok {
+		(*Syncer)(e).ownerMemberLocked(n.Name) // owner.go
+	}
 	(*Syncer)(e).removePeerLocked(n.Name)
 	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
 		e.failed[n.Name] = failedMember{addr: n.Address(), since: (*Syncer)(e).clock(), left: left}
@@ -117,6 +123,7 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 	e.mu.Lock()
 	e.peers[n.Name] = copyNode(n)
 	(*Syncer)(e).rebuildSendersLocked()
+	e.owner.ring = nil // its capability may have changed (owner.go)
 	e.mu.Unlock()
 	e.log.Debug("member updated", "name", n.Name)
 }

@@ -389,12 +389,17 @@ func TestDirectFanOutSendsOnlyOwnCounters(t *testing.T) {
 	}
 }
 
-// newFanoutSyncer is newTestSyncer with a fan-out limit (0: the default).
+// newFanoutSyncer is newTestSyncer with a fan-out limit (0: the default);
+// above the limit the cluster relays (not owner mode, auto's choice).
 func newFanoutSyncer(t *testing.T, name string, key []byte, fanout int, l Ledger) *Syncer {
 	t.Helper()
+	mode := ModeAuto
+	if fanout > 0 {
+		mode = ModeRelay // the limit only chooses direct fan-out below it
+	}
 	s, err := New(Config{
 		NodeName: name, BindAddr: "127.0.0.1", BindPort: 0,
-		GossipInterval: 5 * time.Millisecond, SecretKey: key, Label: "test", FanoutLimit: fanout,
+		GossipInterval: 5 * time.Millisecond, SecretKey: key, Label: "test", FanoutLimit: fanout, GossipMode: mode,
 	}, l)
 	if err != nil {
 		t.Fatal(err)

@@ -89,6 +89,10 @@ type Syncer struct {
 	censusID string
 	// simulated is set by Simulate: no transport, so no sender book.
 	simulated bool
+
+	// owner is owner mode's state (owner.go); under mu.
+	owner                   ownerState
+	ownerSent, ownerRefused atomic.Uint64
 }
 
 type counterKey struct{ origin, rule, key string }

@@ -72,7 +72,11 @@ func BenchmarkConvergence(b *testing.B) {
 	}
 	for _, tc := range cases {
 		b.Run(fmt.Sprintf("nodes=%d/interval=%s/mode=%s", tc.n, tc.iv, tc.mode), func(b *testing.B) {
-			c := startBench(b, Options{N: tc.n, Rules: probeRules, GossipInterval: tc.iv, FanoutLimit: tc.fanout})
+			opts := Options{N: tc.n, Rules: probeRules, GossipInterval: tc.iv, FanoutLimit: tc.fanout}
+			if tc.mode == "relay" {
+				opts.GossipMode = "relay" // FanoutLimit 1 alone is owner mode now
+			}
+			c := startBench(b, opts)
 			var lags []float64
 			probes, lost := 0, 0
 			rnd := rand.New(rand.NewPCG(1, 2))
@@ -246,7 +250,7 @@ func BenchmarkGossipCost(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			opts := Options{N: tc.n, Rules: probeRules, GossipInterval: tc.iv}
 			if tc.relay {
-				opts.FanoutLimit = 1
+				opts.FanoutLimit, opts.GossipMode = 1, "relay"
 			}
 			for b.Loop() {
 				c, err := Start(opts)

@@ -31,9 +31,11 @@ type Options struct {
 	Rules string
 	// GossipInterval, FanoutLimit, GossipNodes and PushPullInterval tune
 	// gossip (see package gossip). PushPullInterval defaults to 2s here.
-	GossipInterval   time.Duration
-	FanoutLimit      int
-	GossipNodes      int
+	GossipInterval time.Duration
+	FanoutLimit    int
+	GossipNodes    int
+	// GossipMode is gossip's mode (auto, direct, relay, owner); "" is auto.
+	GossipMode       string
 	PushPullInterval time.Duration
 	// Key encrypts gossip (16, 24 or 32 bytes). Default: none.
 	Key []byte
@@ -209,6 +211,7 @@ func (n *Node) start(join []string) error {
 		GossipInterval:   c.opts.GossipInterval,
 		GossipNodes:      c.opts.GossipNodes,
 		FanoutLimit:      c.opts.FanoutLimit,
+		GossipMode:       c.opts.GossipMode,
 		PushPullInterval: c.opts.PushPullInterval,
 		Key:              c.opts.Key,
 		Label:            "testcluster",

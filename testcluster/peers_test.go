@@ -47,7 +47,7 @@ func forgedCounter(sender, origin, rule, key string, epoch, used uint64) []byte 
 func TestForgedEpochDoesNotShadowARealOrigin(t *testing.T) {
 	// No periodic push-pull: it would repair the loss (before, within one
 	// interval), hiding what the counters alone do.
-	c := start(t, Options{N: 2, GossipInterval: 20 * time.Millisecond, PushPullInterval: time.Hour, FanoutLimit: 1,
+	c := start(t, Options{N: 2, GossipInterval: 20 * time.Millisecond, PushPullInterval: time.Hour, FanoutLimit: 1, GossipMode: "relay",
 		Rules: "rules:\n  slow:\n    rate: 100/1h\n"})
 	conn, err := net.Dial("udp", c.Node(0).Addr())
 	if err != nil {

@@ -23,6 +23,7 @@ type ProcsOptions struct {
 	Rules          string // rules file contents
 	GossipInterval time.Duration
 	FanoutLimit    int
+	GossipMode     string   // auto (""), direct, relay or owner
 	Stderr         *os.File // where the daemons log; default: discarded
 }
 
@@ -100,6 +101,9 @@ func (p *Procs) startNode(opts ProcsOptions, env []string, rules string, i, firs
 		}
 		if opts.FanoutLimit > 0 {
 			args = append(args, "--fanout-limit", strconv.Itoa(opts.FanoutLimit))
+		}
+		if opts.GossipMode != "" {
+			args = append(args, "--gossip-mode", opts.GossipMode)
 		}
 		if i > 0 {
 			args = append(args, "--join", fmt.Sprintf("127.0.0.1:%d", first))

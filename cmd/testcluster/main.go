@@ -43,6 +43,7 @@ func main() {
 			&cli.IntFlag{Name: "n", Value: 3, Usage: "nodes"},
 			&cli.DurationFlag{Name: "gossip-interval", Value: 20 * time.Millisecond, Usage: "gossip interval of every node"},
 			&cli.IntFlag{Name: "fanout-limit", Value: 0, Usage: "largest cluster gossiping to every member (0: the default)"},
+			&cli.StringFlag{Name: "gossip-mode", Usage: "auto (default), direct, relay or owner"},
 			&cli.StringFlag{Name: "rate", Value: "100/1s", Usage: "the hot rule's limit, COUNT/PERIOD"},
 			&cli.IntFlag{Name: "burst", Value: 0, Usage: "the hot rule's burst (0: the rate's count)"},
 			&cli.Float64Flag{Name: "offered", Value: 0, Usage: "requests per second offered, all nodes together (0: five times the limit)"},
@@ -100,9 +101,9 @@ func run(c *cli.Context) error {
 				return err
 			}
 		}
-		target, err = testcluster.StartProcs(testcluster.ProcsOptions{N: n, Sluiced: bin, Rules: rules, GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit")})
+		target, err = testcluster.StartProcs(testcluster.ProcsOptions{N: n, Sluiced: bin, Rules: rules, GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipMode: c.String("gossip-mode")})
 	} else {
-		target, err = testcluster.Start(testcluster.Options{N: n, Rules: rules, GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"),
+		target, err = testcluster.Start(testcluster.Options{N: n, Rules: rules, GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipMode: c.String("gossip-mode"),
 			Faults: testcluster.Faults{Drop: c.Float64("drop")}})
 	}
 	if err != nil {

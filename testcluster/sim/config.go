@@ -30,6 +30,7 @@ type Config struct {
 	FanoutLimit      int           // default 64
 	GossipNodes      int           // default 4
 	PushPullInterval time.Duration // default 10 s (memberlist stretches it above 32 members)
+	GossipMode       string        // auto (default), direct, relay or owner
 
 	// Network.
 	Latency   time.Duration // one-way latency's fixed part. Default 100 µs.

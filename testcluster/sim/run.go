@@ -28,6 +28,7 @@ type Sim struct {
 	hot     []byte
 	keys    [][]byte
 	m       measure
+	rings   *gossip.RingCache // owner mode's rings, shared by every node
 }
 
 // epoch is the virtual clock's start: fixed, so runs repeat.
@@ -99,7 +100,7 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 		EpochBase: uint64(s.clock().UnixNano())})
 	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 1}
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
-		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval}, ledger{s, n})
+		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
@@ -303,4 +304,12 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31
+}
+
+// ringCache is the owner rings every node of the run shares.
+func (s *Sim) ringCache() *gossip.RingCache {
+	if s.rings == nil {
+		s.rings = gossip.NewRingCache()
+	}
+	return s.rings
 }

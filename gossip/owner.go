@@ -1,0 +1,789 @@
+package gossip
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Owner mode: gossip whose cost per node is set by the node's own traffic.
+//
+// Every (rule, key) has an owner, chosen on the owner ring (ownerring.go)
+// over the members that speak the owner protocol. Each node still decides
+// locally. Every GossipInterval it sends each key it touched its own
+// cumulative counter for the key (kind 4, ownerwire.go), to the key's owner
+// only, and repeats it until the owner acknowledges it. The owner keeps,
+// per key it is sent (an aggregate), each contributor's share and their
+// sum, charges its own bucket with what it counts, and answers every
+// contributor whose view is behind (kind 5): the cumulative consumption of
+// every other origin in the aggregate, and how far it has counted the
+// contributor's own counter. The contributor charges what the answer adds
+// to what it heard before. A node that never touches a key never hears of
+// it; a node's packets per interval are one per owner of the keys it
+// touched plus one answer per node that sent it keys, whatever the size of
+// the cluster.
+//
+// What keeps it right:
+//   - Counters are cumulative and the owner counts, per contributor and
+//     epoch, only what lies above the highest it has counted and above the
+//     counter's prev (the contributor's last acknowledged value): repeats,
+//     duplicates and reordering count nothing twice.
+//   - Answers are cumulative too, per (owner, gen), gen naming the
+//     receiver's subscription to the owner's aggregate (made anew with the
+//     aggregate, or when the receiver comes back after ownerSubTTL without
+//     using the key): a receiver charges only what an answer adds to the
+//     last one it heard of that subscription, holding the last two per key
+//     (so two owners during a membership change are both charged once). A
+//     receiver that first hears of a subscription charges others−prev, prev
+//     being what the owner counts it as having heard (0 in a new aggregate,
+//     all but the key's debt in an established one: newcomerPrevLocked); an
+//     answer it missed is not charged, erring toward admitting more.
+//   - A node hears of a key only while it uses it (every interval the key
+//     changes for ownerActiveTTL after its last counter, then once a second
+//     until ownerSubTTL), so what it hears is set by its own traffic.
+//   - A new owner (after a member joins or goes) makes a new aggregate and
+//     learns from the next counters, which carry everything the old owner
+//     had not acknowledged: nothing is lost beyond what the old owner had
+//     acknowledged and not yet told (one interval), and, when only its ack
+//     was lost, one interval of one node is counted twice.
+//   - Guards: kinds 4 and 5 pass the sender guard (a packet's sender is the
+//     member at its source address) and the stamp check; an owner counts a
+//     contributor's counters only when it is a member and the sender itself,
+//     within that origin's allowance for the key; a receiver takes an answer
+//     only from the key's owner or replica on its own ring, and no more than
+//     every other member's allowance together could have admitted since.
+//   - Memory: the aggregates' contributors and the answers heard are capped
+//     by MaxSeen each, and forgotten after SeenTTL without traffic.
+//
+// Mode choice (Config.GossipMode): "direct" sends to every member, "relay"
+// to a few that relay, "owner" as above; "auto" (the default) is direct up
+// to FanoutLimit members and owner beyond when every member speaks it
+// (advertises protoOwner), else relay: a rolling upgrade keeps relaying
+// until its last old node is gone.
+
+// Gossip modes (Config.GossipMode).
+const (
+	ModeAuto   = "auto"
+	ModeDirect = "direct"
+	ModeRelay  = "relay"
+	ModeOwner  = "owner"
+)
+
+// ownerResends is how many rounds in a row an unacknowledged counter is
+// sent to its owner; after that it is sent every ownerBackoff rounds until
+// acknowledged or SeenTTL has passed.
+const (
+	ownerResends = 8
+	ownerBackoff = 8
+)
+
+// A node whose counters for a key go unanswered for ownerFailover rounds
+// sends them to the key's replica instead, for ownerFailoverHold rounds
+// (then tries the owner again): an owner that died is replaced in a few
+// intervals, not after memberlist's failure detection (seconds). The
+// replica aggregates what it is sent as any node does, and its answers are
+// taken (a key's replica may answer for it).
+const (
+	ownerFailover     = 16
+	ownerFailoverHold = 512
+)
+
+// How long a contributor keeps hearing of a key after it last sent a
+// counter for it. While it is active (ownerActiveTTL, at least 50 gossip
+// intervals) it is answered every interval the key changes; after that,
+// until ownerSubTTL, at most once per ownerIdlePush: a node that stopped
+// using a key (or is refused: it sends no counter then) still has its
+// bucket charged, at most that late, so its view never drifts a full
+// refill above the cluster's. Then it hears no more of the key (hearing of
+// every key it ever touched would make every node hear of every key,
+// whatever its own traffic); when it uses the key again it is a newcomer,
+// told the key's debt at once (newcomerPrevLocked).
+const (
+	ownerActiveTTL = 2 * time.Second
+	ownerSubTTL    = 10 * time.Second
+	ownerIdlePush  = time.Second
+)
+
+// activeTTL is ownerActiveTTL, at least 50 gossip intervals; subTTL is
+// ownerSubTTL, at least 5 activeTTL.
+func (s *Syncer) activeTTL() time.Duration { return max(ownerActiveTTL, 50*s.cfg.GossipInterval) }
+func (s *Syncer) subTTL() time.Duration    { return max(ownerSubTTL, 5*s.activeTTL()) }
+
+// ownerAnswerBudget bounds the answers a node sends per round, over all
+// the keys it owns: a key that thousands of nodes use makes its owner
+// answer each of them every interval, so beyond the budget the others wait
+// for the next rounds (each is answered about every users/budget rounds,
+// and the view they decide on is that much older). At the default 20 ms,
+// at most 25,600 answers a second.
+const ownerAnswerBudget = 512
+
+// freshAggregate is, in gossip intervals, how young an aggregate is whose
+// whole total a new contributor is told: one made anew (a new owner, after
+// a membership change) holds only what its contributors had not had
+// acknowledged, which nobody has charged yet.
+const freshAggregate = 4
+
+// aggKey names an aggregate: a key under a rule, in a window (0 for bucket
+// algorithms).
+type aggKey struct {
+	rule, key string
+	window    uint64
+}
+
+// ownedKey is an owner's aggregate for one key.
+type ownedKey struct {
+	born  time.Duration // since the syncer's birth
+	heard time.Duration // the last contribution, since the syncer's birth
+	total uint64
+	subs  map[string]*ownerSub
+	dirty bool // a contribution arrived since the last answers
+}
+
+// ownerSub is one contributor to an aggregate.
+type ownerSub struct {
+	serial    uint64 // names this subscription in answers (their gen)
+	contrib   uint64 // counted into the total from this contributor
+	epoch, hi uint64 // its counter's epoch and the highest Used counted
+	sent      uint64 // others, as last told to it
+	needAck   bool
+	heard     time.Duration // its last counter, since born
+	answered  time.Duration // its last answer, since born
+	allow     allowance
+}
+
+// heardKey is what a node heard from the aggregates of one key.
+type heardKey struct{ slots [2]heardSlot }
+
+type heardSlot struct {
+	owner     string
+	gen, last uint64
+	at        time.Duration
+}
+
+// ownerState is a syncer's owner-mode state; under Syncer.mu.
+type ownerState struct {
+	ring    *ownerRing
+	fp      uint64 // XOR of memberHash over the members but this node
+	capable bool   // every member speaks owner mode
+	mine    map[aggKey]*ownedKey
+	subs    int // contributors over all of mine
+	heard   map[aggKey]*heardKey
+	lastGen uint64 // the last subscription serial given
+	swept   time.Duration
+	round   uint64
+	// waiting holds, per (rule, key) whose counters were sent and not yet
+	// answered, the round of the first such send; failover, per key sent to
+	// its replica, the round that began (see ownerFailover). Each at most
+	// MaxSeen entries.
+	waiting  map[[2]string]uint64
+	failover map[[2]string]failover
+}
+
+// failover is a key's counters sent to the replica instead of owner since
+// round at: it ends after ownerFailoverHold rounds, or when the ring names
+// another owner.
+type failover struct {
+	at    uint64
+	owner string
+}
+
+// OwnerStats counts owner mode's work; read it with Syncer.OwnerStats.
+type OwnerStats struct {
+	Aggregates, Contributors int // held now
+	AnswersSent              uint64
+	AnswersRefused           uint64 // from a node that is neither owner nor replica here
+}
+
+// OwnerStats returns what this node holds and did as an owner.
+func (s *Syncer) OwnerStats() OwnerStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return OwnerStats{Aggregates: len(s.owner.mine), Contributors: s.owner.subs,
+		AnswersSent: s.ownerSent.Load(), AnswersRefused: s.ownerRefused.Load()}
+}
+
+// checkGossipMode validates Config.GossipMode.
+func checkGossipMode(m string) error {
+	switch m {
+	case "", ModeAuto, ModeDirect, ModeRelay, ModeOwner:
+		return nil
+	}
+	return fmt.Errorf("gossip: mode %q; want auto, direct, relay or owner", m)
+}
+
+// refreshRingLocked rebuilds the ring if a membership event dropped it
+// (members.go), from the syncer's RingCache when it has one, and counts
+// the members that do not speak owner mode. Caller holds s.mu.
+func (s *Syncer) refreshRingLocked() {
+	if s.owner.ring != nil {
+		return
+	}
+	build := func() *ownerRing {
+		names := make([]string, 0, len(s.peers)+1)
+		names = append(names, s.self)
+		for name := range s.peers {
+			names = append(names, name)
+		}
+		return newOwnerRing(names)
+	}
+	if s.cfg.Rings != nil {
+		fp := s.owner.fp ^ memberHash(s.self) ^ mix64(uint64(s.othersLocked()+1))
+		s.owner.ring = s.cfg.Rings.get(fp, build)
+	} else {
+		s.owner.ring = build()
+	}
+	s.owner.capable = true
+	if s.cfg.GossipMode == "" || s.cfg.GossipMode == ModeAuto {
+		for name, n := range s.peers {
+			if name != s.self && n.DMax < protoOwner {
+				s.owner.capable = false
+				break
+			}
+		}
+	}
+}
+
+// ownerMemberLocked records that a member joined (or left) for the ring's
+// fingerprint and drops the ring, to be rebuilt when next used. Call it
+// only when the member's presence changes. Caller holds s.mu.
+func (s *Syncer) ownerMemberLocked(name string) {
+	if name != s.self {
+		s.owner.fp ^= memberHash(name)
+	}
+	s.owner.ring = nil
+}
+
+// ownerMode reports whether this node gossips in owner mode now.
+func (s *Syncer) ownerMode() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ownerModeLocked()
+}
+
+// ownerModeLocked reports whether this node gossips in owner mode now.
+// Caller holds s.mu.
+func (s *Syncer) ownerModeLocked() bool {
+	switch s.cfg.GossipMode {
+	case ModeOwner:
+		return true
+	case ModeDirect, ModeRelay:
+		return false
+	}
+	s.refreshRingLocked()
+	return s.othersLocked()+1 > s.cfg.FanoutLimit && s.owner.capable
+}
+
+// fanoutLocked reports whether, with n members, counters go straight to
+// every member (direct) rather than relayed, outside owner mode.
+func (s *Syncer) fanoutLocked(n int) bool {
+	switch s.cfg.GossipMode {
+	case ModeDirect:
+		return true
+	case ModeRelay:
+		return false
+	}
+	return n <= s.cfg.FanoutLimit
+}
+
+// ownerOut is what a round sends one member.
+type ownerOut struct {
+	to      memberlist.Node
+	packets [][]byte
+	counts  []int // counters (or answers) in each packet
+}
+
+// ownerRoundLocked is a round in owner mode: this node's own pending
+// counters go to their keys' owners (or into its own aggregates), and the
+// aggregates it owns answer their contributors. Relayed counters still
+// pending from another mode are dropped. Caller holds s.mu; the caller
+// sends what it returns once it has let go of it.
+func (s *Syncer) ownerRoundLocked() []ownerOut {
+	s.refreshRingLocked()
+	s.owner.round++
+	now := s.sinceBorn()
+	at := uint64(max(0, s.clock().UnixNano()))
+	maxAge := -int(s.cfg.SeenTTL / s.cfg.GossipInterval)
+	writers := map[string]*packetWriter{}
+	for k, p := range s.pending {
+		if k.origin != s.self {
+			s.dropPendingLocked(k)
+			continue
+		}
+		owner := s.ownerForLocked(k.rule, k.key)
+		if owner == s.self || owner == "" {
+			s.aggregateOwnLocked(p.c, now)
+			s.dropPendingLocked(k)
+			continue
+		}
+		p.transmits--
+		if p.transmits < maxAge {
+			s.dropPendingLocked(k) // never acknowledged: push-pull repairs
+			continue
+		}
+		if p.transmits < 0 && -p.transmits%ownerBackoff != 0 {
+			continue
+		}
+		w := writers[owner]
+		if w == nil {
+			w = newPacketWriter(s.self, s.cfg.PacketSize)
+			writers[owner] = w
+		}
+		w.add(s.self, p.c)
+	}
+	var out []ownerOut
+	for name, w := range writers {
+		n, ok := s.peers[name]
+		if !ok {
+			continue
+		}
+		packets, counts := w.packets()
+		for i := range packets {
+			packets[i] = toOwnerPacket(packets[i], at)
+		}
+		out = append(out, ownerOut{to: n, packets: packets, counts: counts})
+	}
+	return append(out, s.answersLocked(now, at)...)
+}
+
+// ownerForLocked is where this node sends its counters of (rule, key): the
+// owner, or the replica while failed over to it. Called once per pending
+// counter sent, it also starts and ends failovers. Caller holds s.mu.
+func (s *Syncer) ownerForLocked(rule, key string) string {
+	owner, replica := s.owner.ring.owners(rule, key)
+	k := [2]string{rule, key}
+	st := &s.owner
+	if owner == s.self || replica == "" {
+		delete(st.failover, k)
+		return owner
+	}
+	if f, ok := st.failover[k]; ok {
+		if st.round-f.at < ownerFailoverHold && f.owner == owner {
+			owner = replica
+		} else {
+			delete(st.failover, k)
+		}
+	}
+	at, ok := st.waiting[k]
+	switch {
+	case !ok && len(st.waiting) < s.cfg.MaxSeen:
+		if st.waiting == nil {
+			st.waiting = map[[2]string]uint64{}
+		}
+		st.waiting[k] = st.round
+	case ok && st.round-at >= ownerFailover && owner != replica && len(st.failover) < s.cfg.MaxSeen:
+		if st.failover == nil {
+			st.failover = map[[2]string]failover{}
+		}
+		st.failover[k] = failover{at: st.round, owner: owner}
+		delete(st.waiting, k)
+		owner = replica
+	}
+	return owner
+}
+
+// OwnerOf returns the owner and replica of (rule, key) on this node's ring
+// (the members that speak owner mode); "" for a replica when there is
+// none.
+func (s *Syncer) OwnerOf(rule, key string) (owner, replica string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshRingLocked()
+	return s.owner.ring.owners(rule, key)
+}
+
+// answersLocked makes the answers of this node's aggregates that changed,
+// and forgets contributors (and aggregates) idle for SeenTTL, and answers
+// heard that long ago. Caller holds s.mu.
+func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
+	sweep := now-s.owner.swept >= s.cfg.SeenTTL/2
+	if sweep {
+		s.owner.swept = now
+		for k, h := range s.owner.heard {
+			if now-max(h.slots[0].at, h.slots[1].at) > s.cfg.SeenTTL {
+				delete(s.owner.heard, k)
+			}
+		}
+		for k, at := range s.owner.waiting {
+			if s.owner.round-at > ownerFailoverHold {
+				delete(s.owner.waiting, k)
+			}
+		}
+	}
+	writers := map[string]*answerWriter{}
+	budget := ownerAnswerBudget
+	for k, o := range s.owner.mine {
+		if !o.dirty && !sweep {
+			continue
+		}
+		o.dirty = false
+		for name, sub := range o.subs {
+			if now-sub.heard > s.subTTL() {
+				delete(o.subs, name)
+				s.owner.subs--
+				continue
+			}
+			others := o.total - sub.contrib
+			if name == s.self || (others == sub.sent && !sub.needAck) {
+				continue
+			}
+			if now-sub.heard > s.activeTTL() && now-sub.answered < ownerIdlePush {
+				o.dirty = true // an idle contributor's turn comes later
+				continue
+			}
+			if budget == 0 {
+				o.dirty = true // the rest next round (map order: a random rest)
+				continue
+			}
+			budget--
+			sub.answered = now
+			w := writers[name]
+			if w == nil {
+				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
+				writers[name] = w
+			}
+			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.sent,
+				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi})
+			sub.sent, sub.needAck = others, false
+		}
+		if len(o.subs) == 0 && now-o.heard > s.cfg.SeenTTL {
+			delete(s.owner.mine, k) // kept till then: one who comes back is told the key's debt (newcomerPrevLocked)
+		}
+	}
+	out := make([]ownerOut, 0, len(writers))
+	for name, w := range writers {
+		n, ok := s.peers[name]
+		if !ok {
+			continue
+		}
+		packets := w.packets()
+		counts := make([]int, len(packets))
+		out = append(out, ownerOut{to: n, packets: packets, counts: counts})
+	}
+	return out
+}
+
+// sendOwner sends a round's packets.
+func (s *Syncer) sendOwner(out []ownerOut) {
+	ml := s.list()
+	if ml == nil {
+		return
+	}
+	for _, o := range out {
+		for i, p := range o.packets {
+			if err := ml.SendBestEffort(&o.to, p); err != nil {
+				s.log.Debug("send failed", "to", o.to.Name, "error", err)
+				continue
+			}
+			s.stats.PacketsSent.Add(1)
+			s.stats.BytesSent.Add(uint64(len(p)))
+			if o.counts[i] > 0 {
+				s.stats.CountersSent.Add(uint64(o.counts[i]))
+			} else {
+				s.ownerSent.Add(1)
+			}
+		}
+	}
+}
+
+// aggregateFor returns the aggregate of k, making it (with a new
+// generation) if need be. Caller holds s.mu.
+func (s *Syncer) aggregateFor(k aggKey) *ownedKey {
+	o := s.owner.mine[k]
+	if o == nil {
+		if s.owner.mine == nil {
+			s.owner.mine = map[aggKey]*ownedKey{}
+		}
+		if len(s.owner.mine) >= s.cfg.MaxSeen {
+			for victim, v := range s.owner.mine { // map iteration starts at a random entry
+				s.owner.subs -= len(v.subs)
+				delete(s.owner.mine, victim)
+				break
+			}
+		}
+		o = &ownedKey{born: s.sinceBorn(), subs: map[string]*ownerSub{}}
+		s.owner.mine[k] = o
+	}
+	return o
+}
+
+// subFor returns origin's entry in o, making it unless MaxSeen contributors
+// are held already (nil then). Caller holds s.mu.
+func (s *Syncer) subFor(o *ownedKey, origin string, c Counter) *ownerSub {
+	sub := o.subs[origin]
+	if sub == nil {
+		if s.owner.subs >= s.cfg.MaxSeen {
+			return nil // what is not counted is admitted more, never less
+		}
+		if s.owner.lastGen == 0 { // serials start at the clock: a restarted owner's are new
+			s.owner.lastGen = uint64(max(0, s.clock().UnixNano()))
+		}
+		s.owner.lastGen++
+		sub = &ownerSub{serial: s.owner.lastGen, epoch: c.Epoch, hi: c.Prev, sent: s.newcomerPrevLocked(o, c)}
+		o.subs[origin] = sub
+		s.owner.subs++
+	}
+	return sub
+}
+
+// newcomerPrevLocked is what a contributor new to aggregate o is told it
+// heard before (its first answer charges it the rest). An aggregate made
+// anew (a new owner: it holds only what its contributors had not had
+// acknowledged, which nobody has charged) tells it everything. An
+// established one tells it the key's debt as the owner sees it: the
+// newcomer's bucket is new (full) or has heard of the key from elsewhere,
+// so charging it the aggregate's whole history would count old
+// consumption that has since been refilled, and charging it nothing would
+// give it a full burst the cluster has already spent (every newcomer one
+// more burst: the first-contact overshoot growing with N). The debt is
+// how far the owner's own balance lies below a full bucket, at most what
+// the others consumed. Without a BoundedLedger (tests), nothing. Caller
+// holds s.mu.
+func (s *Syncer) newcomerPrevLocked(o *ownedKey, c Counter) uint64 {
+	if s.sinceBorn()-o.born <= freshAggregate*s.cfg.GossipInterval {
+		return 0
+	}
+	bounded, ok := s.ledger.(BoundedLedger)
+	if !ok {
+		return o.total
+	}
+	a, ok := bounded.Allowance(c.Rule, c.Key)
+	if !ok {
+		return o.total
+	}
+	balance, _ := bounded.Balance(c.Rule, c.Key)
+	debt := max(0, a.Burst-a.Soft-balance)
+	return o.total - min(o.total, uint64(debt))
+}
+
+// aggregateOwnLocked adds this node's own consumption of a key it owns to
+// the key's aggregate. Caller holds s.mu.
+func (s *Syncer) aggregateOwnLocked(c Counter, now time.Duration) {
+	o := s.aggregateFor(aggKey{c.Rule, c.Key, c.Window})
+	sub := s.subFor(o, s.self, c)
+	if sub == nil {
+		return
+	}
+	d := c.Used - c.Prev
+	sub.contrib += d
+	o.total += d
+	sub.heard, o.heard = now, now
+	o.dirty = o.dirty || d > 0
+}
+
+// aggregateLocked counts a contributor's counter into the key's aggregate
+// and returns the tokens newly counted (to charge here too): what lies
+// above both the highest counted and the counter's prev, in the
+// contributor's current epoch, within its allowance. at is the counter's
+// time on the origin's clock, now this node's. Caller holds s.mu.
+func (s *Syncer) aggregateLocked(bounded bool, a Allowance, origin string, c Counter, at, now time.Duration) uint64 {
+	o := s.aggregateFor(aggKey{c.Rule, c.Key, c.Window})
+	sub := s.subFor(o, origin, c)
+	if sub == nil {
+		return 0
+	}
+	sub.heard, sub.needAck, o.dirty, o.heard = now, true, true, now
+	switch {
+	case c.Epoch < sub.epoch:
+		return 0 // a late counter of an epoch left behind
+	case c.Epoch > sub.epoch:
+		sub.epoch, sub.hi = c.Epoch, c.Prev
+		sub.allow.newEpoch = true
+	}
+	base := max(sub.hi, c.Prev)
+	sub.hi = max(sub.hi, c.Used)
+	if c.Used <= base {
+		return 0
+	}
+	tokens := c.Used - base
+	if bounded {
+		give := sub.allow.take(a, tokens, at, s.awayLocked(origin, at))
+		if give < tokens {
+			s.suspectLocked(origin, c, "more than the origin could have admitted", tokens, give)
+		}
+		tokens = give
+	}
+	sub.contrib += tokens
+	o.total += tokens
+	return tokens
+}
+
+// receiveOwner applies an owner-mode message: counters sent to this node
+// as an owner, or an owner's answer.
+func (s *Syncer) receiveOwner(kind uint64, b []byte) {
+	if t := s.transport; t != nil && t.senders != nil && !t.senders.vouch.take(b) {
+		s.tstats.countPacket(PacketRefusedUnchecked)
+		s.badLog.warn(s.log, s.clock(), "refused an owner message the transport did not check (not from a packet)", "bytes", len(b))
+		return
+	}
+	var charges []charge
+	var err error
+	if kind == msgOwnerCounters {
+		charges, err = s.receiveOwnerCounters(b)
+	} else {
+		charges, err = s.receiveAnswer(b)
+	}
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.badLog.warn(s.log, s.clock(), "dropped a gossip packet", "bytes", len(b), "error", err)
+		return
+	}
+	s.charge(charges)
+}
+
+// receiveOwnerCounters counts a contributor's counters into this node's
+// aggregates and returns what to charge here.
+func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
+	bounded, _ := s.ledger.(BoundedLedger)
+	now := s.sinceBorn()
+	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	var sender string
+	var sentAt uint64
+	check := func(from string, at uint64, stamped bool) error {
+		sender, sentAt = from, at
+		if !stamped {
+			return errUnstamped
+		}
+		if !s.memberLocked(from) {
+			return fmt.Errorf("sender %.64q is no member", from)
+		}
+		return s.checkStampLocked(from, at, stamped)
+	}
+	var charges []charge
+	foreign := 0
+	s.mu.Lock()
+	_, err := decodeOwnerCounters(b, check, func(origin string, c Counter) {
+		if origin != sender || origin == s.self {
+			foreign++
+			return
+		}
+		if s.staleLocked(c) {
+			return
+		}
+		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		if !ok {
+			return
+		}
+		at := s.originTimeLocked(origin, sentAt, nowNanos)
+		if tokens := s.aggregateLocked(bounded != nil, a, origin, c, at, now); tokens > 0 {
+			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
+		}
+	})
+	s.mu.Unlock()
+	if foreign > 0 {
+		s.tstats.countPacket(PacketRefusedOrigin)
+	}
+	return charges, err
+}
+
+// receiveAnswer applies an owner's answer: what it adds to what this node
+// heard from that aggregate is charged, and the acknowledged part of this
+// node's own counters stops being sent.
+func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
+	sender, sentAt, answers, err := decodeAnswer(b)
+	if err != nil {
+		return nil, err
+	}
+	bounded, _ := s.ledger.(BoundedLedger)
+	now := s.sinceBorn()
+	var charges []charge
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkStampLocked(sender, sentAt, true); err != nil {
+		return nil, fmt.Errorf("owner answer from %.64q: %w", sender, err)
+	}
+	if !s.ownerModeLocked() {
+		s.stats.IgnoredPackets.Add(1) // in another mode, counters come from their origins
+		return nil, nil
+	}
+	others := max(1, s.othersLocked())
+	for _, a := range answers {
+		owner, replica := s.owner.ring.owners(a.rule, a.key)
+		if sender != owner && sender != replica {
+			s.ownerRefused.Add(1)
+			continue
+		}
+		var al Allowance
+		if bounded != nil {
+			var ok bool
+			if al, ok = bounded.Allowance(a.rule, a.key); !ok {
+				s.stats.UnknownCounters.Add(1)
+				continue
+			}
+		}
+		s.ackLocked(a)
+		if tokens := s.heardLocked(sender, a, now, bounded != nil, al, others); tokens > 0 {
+			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
+		}
+	}
+	return charges, nil
+}
+
+// heardLocked records an answer and returns the tokens it adds. Caller
+// holds s.mu.
+func (s *Syncer) heardLocked(sender string, a ownerAnswer, now time.Duration, bounded bool, al Allowance, others int) uint64 {
+	k := aggKey{a.rule, a.key, a.window}
+	h := s.owner.heard[k]
+	if h == nil {
+		if s.owner.heard == nil {
+			s.owner.heard = map[aggKey]*heardKey{}
+		}
+		if len(s.owner.heard) >= s.cfg.MaxSeen {
+			for victim := range s.owner.heard {
+				delete(s.owner.heard, victim)
+				break
+			}
+		}
+		h = &heardKey{}
+		s.owner.heard[k] = h
+	}
+	var slot *heardSlot
+	for i := range h.slots {
+		if h.slots[i].owner == sender && h.slots[i].gen == a.gen {
+			slot = &h.slots[i]
+		}
+	}
+	elapsed := firstSlack
+	if slot == nil {
+		i := 0
+		if h.slots[1].at < h.slots[0].at {
+			i = 1
+		}
+		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, at: now}
+		slot = &h.slots[i]
+	} else {
+		elapsed += max(0, now-slot.at)
+	}
+	slot.at = now
+	if a.others <= slot.last {
+		return 0
+	}
+	tokens := a.others - slot.last
+	slot.last = a.others
+	if bounded {
+		// Every other member together could have admitted no more than
+		// their allowances since this aggregate was last heard.
+		limit := float64(others)*(al.Burst+al.PerSecond*elapsed.Seconds()) + 1
+		if float64(tokens) > limit {
+			s.suspectLocked(sender, Counter{Rule: a.rule, Key: a.key, Epoch: a.gen, Window: a.window}, "an owner's answer beyond what every other member could have admitted", tokens, uint64(limit))
+			tokens = uint64(limit)
+		}
+	}
+	return tokens
+}
+
+// ackLocked stops sending the part of this node's own pending counter that
+// an answer acknowledges. Caller holds s.mu.
+func (s *Syncer) ackLocked(a ownerAnswer) {
+	delete(s.owner.waiting, [2]string{a.rule, a.key})
+	k := pendingKey{counterKey{s.self, a.rule, a.key}, a.window, a.ackEpoch}
+	p, ok := s.pending[k]
+	if !ok {
+		return
+	}
+	if p.c.Used <= a.ackUsed {
+		s.dropPendingLocked(k)
+		return
+	}
+	p.c.Prev = max(p.c.Prev, a.ackUsed)
+}
