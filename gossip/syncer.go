@@ -100,6 +100,10 @@ type pendingKey struct {
 type pendingCounter struct {
 	c         Counter
 	transmits int // rounds left to send it in
+	// back holds, for this node's own counters, the Prev each of the last
+	// rounds sent, newest first (sent of them valid): see carry.
+	back [redundancy - 1]uint64
+	sent int
 }
 
 // Stats counts a syncer's traffic; read it with Stats.

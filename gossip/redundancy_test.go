@@ -1,0 +1,101 @@
+package gossip
+
+import (
+	"testing"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Each increment of a node's own counter travels in redundancy
+// consecutive rounds: a receiver that loses fewer than redundancy packets
+// in a row, the first ones included, charges every token once.
+func TestOwnCountersCarryEachIncrementInSeveralRounds(t *testing.T) {
+	tests := []struct {
+		name string
+		lost []int // rounds whose packet is lost
+		want uint64
+	}{
+		{name: "nothing lost", want: 60},
+		{name: "the first packet lost", lost: []int{0}, want: 60},
+		{name: "the first three lost", lost: []int{0, 1, 2}, want: 60},
+		{name: "every other lost", lost: []int{0, 2, 4, 6}, want: 60},
+		{name: "three in a row midway", lost: []int{2, 3, 4}, want: 60},
+		// Four in a row from the start: the first increment is lost to this
+		// receiver until a push-pull explains it (see the next test).
+		{name: "the first four lost", lost: []int{0, 1, 2, 3}, want: 60 - 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tx, _, clk := newBoundSyncer()
+			rx, l, _ := newBoundSyncer()
+			rx.self = "rx"
+			rx.peers["me"] = memberlist.Node{Name: "me", DMax: protoStamped}
+			lost := map[int]bool{}
+			for _, r := range tt.lost {
+				lost[r] = true
+			}
+			used := uint64(0)
+			for round := range 6 + redundancy {
+				tx.mu.Lock()
+				if round < 6 { // six rounds of 10 tokens, then idle
+					tx.queueLocked("me", Counter{Rule: "r", Key: "k", Epoch: 1, Prev: used, Used: used + 10}, redundancy)
+					used += 10
+				}
+				packets, _ := tx.packPendingLocked(true)
+				tx.mu.Unlock()
+				clk.add(tx.cfg.GossipInterval + 20e6)
+				for _, p := range packets {
+					if !lost[round] {
+						rx.receive(stampPacket(p, uint64(rx.clock().UnixNano())))
+					}
+				}
+			}
+			if got := l.get("r/k"); got != tt.want {
+				t.Fatalf("charged %d of 60 admitted, want %d", got, tt.want)
+			}
+			if len(tx.pending) != 0 {
+				t.Fatalf("%d counters still pending after the key went idle for %d rounds", len(tx.pending), redundancy)
+			}
+		})
+	}
+}
+
+// An idle key's last counter goes out redundancy times, then leaves the
+// queue: the extra bytes are bounded by redundancy−1 entries per change.
+func TestIdleCounterLeavesTheQueueAfterRedundancyRounds(t *testing.T) {
+	s, _, _ := newBoundSyncer()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queueLocked("me", Counter{Rule: "r", Key: "k", Epoch: 1, Used: 5}, redundancy)
+	sent := 0
+	for range 2 * redundancy {
+		_, counts := s.packPendingLocked(true)
+		for _, n := range counts {
+			sent += n
+		}
+	}
+	if sent != redundancy {
+		t.Fatalf("an idle counter was sent %d times, want %d", sent, redundancy)
+	}
+}
+
+// A node that first heard a peer's counter midway (its first packets lost)
+// has not charged what lies below: a push-pull state from that peer
+// explains it, the lower balance is taken, and the counter is then
+// accounted for from its start, so a late packet naming it charges nothing.
+func TestStateExplainsWhatLiesBelowACounterFirstHeardMidway(t *testing.T) {
+	s, l, _ := newBoundSyncer()
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 40, Used: 50}))
+	if got := bal(l, "k"); got != 90 {
+		t.Fatalf("balance %v after a counter first heard midway, want 90", got)
+	}
+	s.mergeState(encodeState("peer", []stateEntry{{c: Counter{Rule: "r", Key: "k", Epoch: 1, Used: 50}, balance: 50}}, nil))
+	if got := bal(l, "k"); got != 50 {
+		t.Fatalf("balance %v after the peer's state, want 50 (its counter explains the 40 below)", got)
+	}
+	s.receive(packet(s, "peer", true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 0, Used: 50}))
+	if got := bal(l, "k"); got != 50 || s.stats.SuspiciousReports.Load() != 0 {
+		t.Fatalf("a late packet of the explained part left the balance at %v (suspicious %d), want 50 and none",
+			got, s.stats.SuspiciousReports.Load())
+	}
+}
