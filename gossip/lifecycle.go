@@ -122,7 +122,8 @@ func (s *Syncer) Start() error {
 		return err
 	}
 	s.life = running
-	s.wg.Add(4)
+	s.wg.Add(5)
+	go s.every(repairTick, s.repairOne)
 	go s.resendLoop()
 	go s.every(s.cfg.GossipInterval, s.round)
 	go s.every(s.cfg.ReconnectInterval, s.reconnect)

@@ -99,3 +99,40 @@ func TestStateExplainsWhatLiesBelowACounterFirstHeardMidway(t *testing.T) {
 			got, s.stats.SuspiciousReports.Load())
 	}
 }
+
+// A member's counter first heard midway asks for a push-pull with its
+// sender, once per seen range, and only when the part below is recent
+// enough to matter (at most a burst and repairHorizon of rate).
+func TestCounterFirstHeardMidwayAsksForARepair(t *testing.T) {
+	tests := []struct {
+		name   string
+		sender string
+		cs     []Counter
+		want   bool
+	}{
+		{name: "heard from its start", sender: "peer", cs: []Counter{{Prev: 0, Used: 10}}},
+		{name: "first heard midway", sender: "peer", cs: []Counter{{Prev: 40, Used: 50}}, want: true},
+		{name: "midway, but the part below is old", sender: "peer", cs: []Counter{{Prev: 100 + 100*5 + 1, Used: 700}}},
+		{name: "from a name that is no member", sender: "ghost", cs: []Counter{{Prev: 40, Used: 50}}},
+		{name: "the start arrives first, then a later packet", sender: "peer", cs: []Counter{{Prev: 0, Used: 10}, {Prev: 20, Used: 30}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _, _ := newBoundSyncer()
+			for _, c := range tt.cs {
+				c.Rule, c.Key, c.Epoch = "r", "k", 1
+				s.receive(packet(s, tt.sender, true, c))
+			}
+			if got := s.repair.want[tt.sender]; got != tt.want {
+				t.Fatalf("repair asked of %s: %v, want %v", tt.sender, got, tt.want)
+			}
+			if tt.want {
+				delete(s.repair.want, tt.sender)
+				s.receive(packet(s, tt.sender, true, Counter{Rule: "r", Key: "k", Epoch: 1, Prev: 50, Used: 60}))
+				if s.repair.want[tt.sender] {
+					t.Fatal("the same seen range asked for a repair twice")
+				}
+			}
+		})
+	}
+}

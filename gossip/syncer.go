@@ -59,7 +59,8 @@ type Syncer struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	stats    Stats
-	resets   resetState // under mu, but for its resend channel
+	resets   resetState  // under mu, but for its resend channel
+	repair   repairState // push-pulls asked for counters first heard midway (repair.go); under mu
 	// transport is memberlist's network, made by Start; tstats counts what
 	// it refuses (here, so that they can be registered before Start).
 	transport *transport
@@ -128,6 +129,9 @@ type Stats struct {
 	// RelaysDropped counts counters that were news but not queued for
 	// relaying: their origin's share of the queue, or the queue, was full.
 	RelaysDropped atomic.Uint64
+	// Repairs counts push-pulls this node started because it first heard a
+	// member's counter midway (see repair.go).
+	Repairs atomic.Uint64
 }
 
 // Stats returns the syncer's counters.
