@@ -109,6 +109,9 @@ type tracking struct {
 	used   uint64 // tokens admitted here (not charged by peers) in this epoch and window
 	sent   uint64 // used, as of the last drain; used != sent means it is on the dirty list
 	key    string // the key, for the drain (shares a long key's bytes)
+	// born is when the bucket was created (Unix nanoseconds), while it is
+	// held to its first share (see firstshare.go); 0 once it is not.
+	born int64
 }
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local
@@ -208,6 +211,9 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 			k = string(key)
 		}
 		*spare = tracking{epoch: s.epochs.Add(1), key: k}
+		if s.firstHold.Load() > 0 {
+			spare.born = now.UnixNano()
+		}
 		sl.t = spare
 	}
 	sh.n++

@@ -232,10 +232,15 @@ func (d *Daemon) sweepLoop(ctx context.Context) {
 	defer t.Stop()
 	resync := time.NewTicker(clockCheckInterval)
 	defer resync.Stop()
+	share := time.NewTicker(firstShareInterval)
+	defer share.Stop()
+	d.updateFirstShare()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-share.C:
+			d.updateFirstShare()
 		case <-resync.C:
 			d.resyncClock()
 		case <-t.C:
