@@ -221,8 +221,15 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	default:
 		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
-	if r.Allowed && sl.t != nil {
-		sh.record(sl, cost, st.window(lim, now))
+	if sl.t != nil {
+		if !r.Allowed && l.maxWait == 0 && s.floorAdmits(sl.t, lim, st.balance(lim, now), now) {
+			st.charge(lim, cost, 0, now) // below its fair floor: admitted, charged all the same
+			r = Result{Allowed: true, Limit: r.Limit, ResetAfter: r.ResetAfter}
+		}
+		if r.Allowed {
+			s.advanceFloor(sl.t, lim, cost, now)
+			sh.record(sl, cost, st.window(lim, now))
+		}
 	}
 	s.attachLog(sl)
 	sh.mu.Unlock()

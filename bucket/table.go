@@ -112,6 +112,9 @@ type tracking struct {
 	// born is when the bucket was created (Unix nanoseconds), while it is
 	// held to its first share (see firstshare.go); 0 once it is not.
 	born int64
+	// floor is when this daemon's own admissions of the key have caught up
+	// with its fair floor (Unix nanoseconds, see floor.go).
+	floor int64
 }
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local

@@ -16,7 +16,7 @@ import (
 
 // firstShareInterval is how often the hold is brought up to date with the
 // membership.
-const firstShareInterval = 250 * time.Millisecond
+const firstShareInterval = 50 * time.Millisecond
 
 // networkSlack is what the hold allows, beyond the gossip rounds, for a
 // packet to cross the network and be handled on a busy host.

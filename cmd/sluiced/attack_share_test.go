@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -108,7 +109,7 @@ func (sn *shareNode) alive() int {
 }
 
 // shareDrive offers, on every node and one key, initial requests at once
-// (from several callers) and then perNode requests per second, for secs
+// (from several callers) and then perNode requests per second at random, for secs
 // seconds, and returns what each node admitted in each second (by the time
 // each call was made, from a common start) and what each offered in all.
 func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (admitted [][]int, offered []int) {
@@ -138,10 +139,16 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (adm
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tick := time.NewTicker(time.Second / time.Duration(perNode))
-			defer tick.Stop()
-			for range perNode * secs {
-				<-tick.C
+			// Calls arrive at random (exponential gaps), as independent
+			// clients' do: calls paced on a fixed ticker lock into phase with
+			// the refill, and the node whose ticks fall just after each token
+			// arrives wins it (see the notes of issue 20).
+			rnd := rand.New(rand.NewPCG(uint64(i), 20))
+			next := time.NewTimer(0)
+			defer next.Stop()
+			for range 2 * perNode * secs {
+				<-next.C
+				next.Reset(time.Duration(rnd.ExpFloat64() * float64(time.Second) / float64(perNode)))
 				at := time.Since(start)
 				if at >= time.Duration(secs)*time.Second {
 					return
@@ -162,11 +169,13 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (adm
 
 // shareReport logs the run in issue 20's terms: admitted against burst +
 // rate × T over the first 1, 5 and 10 s, and each node's share of every 2 s
-// window against 1/N. It returns the first second's total and the worst
-// share's distance from 1/N, as a fraction of 1/N.
-func shareReport(t *testing.T, admitted [][]int) (first int, worst float64) {
+// window against 1/N. It returns the first second's total, and the worst
+// share's distance from 1/N and the least share, as fractions of 1/N
+// (windows after the first, which holds first contact).
+func shareReport(t *testing.T, admitted [][]int) (first int, worst, least float64) {
 	t.Helper()
 	n, secs := len(admitted), len(admitted[0])
+	least = 1
 	total := func(upTo int) int {
 		s := 0
 		for i := range n {
@@ -189,14 +198,14 @@ func shareReport(t *testing.T, admitted [][]int) (first int, worst float64) {
 			own := admitted[i][w] + admitted[i][w+1]
 			share := float64(own) / float64(max(all, 1)) * float64(n)
 			if w > 0 { // the first window holds first contact
-				worst = max(worst, abs(share-1))
+				worst, least = max(worst, abs(share-1)), min(least, share)
 			}
 			fmt.Fprintf(&b, " %.2f", share)
 		}
 		b.WriteString(" (share × N)\n")
 	}
 	t.Logf("%d nodes:\n%s", n, b.String())
-	return total(1), worst
+	return total(1), worst, least
 }
 
 func abs(x float64) float64 {
@@ -215,7 +224,7 @@ func TestProcsFirstContactIsAboutOneBurst(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			nodes := shareCluster(t, n, 200*time.Millisecond)
 			admitted, _ := shareDrive(nodes, "fresh", 160, 200, 10)
-			first, _ := shareReport(t, admitted)
+			first, _, _ := shareReport(t, admitted)
 			// One burst, the rate for the second, and the cluster's rate for
 			// one propagation delay (two 200 ms intervals and the network).
 			bound := 100 + 100 + float64(n)*100*0.45
@@ -235,14 +244,25 @@ func TestProcsFirstContactIsAboutOneBurst(t *testing.T) {
 	}
 }
 
-// Even demand on three nodes is shared: each node's admitted share of every
+// Even demand on three and ten nodes is shared: each node's admitted share of every
 // 2 s window after the first is within 25% of a third (issue 20: two nodes
 // refused everything for about 13 s while the third admitted everything).
 func TestProcsEvenDemandIsShared(t *testing.T) {
-	nodes := shareCluster(t, 3, 20*time.Millisecond)
-	admitted, _ := shareDrive(nodes, "even", 0, 200, 10)
-	_, worst := shareReport(t, admitted)
-	if worst > 0.25 {
-		t.Errorf("a node's share of a 2 s window was %.0f%% off 1/N, want within 25%%", 100*worst)
+	for _, n := range []int{3, 10} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			nodes := shareCluster(t, n, 20*time.Millisecond)
+			admitted, offered := shareDrive(nodes, "even", 0, 200, 10)
+			t.Logf("offered per node: %v", offered)
+			_, worst, least := shareReport(t, admitted)
+			// Ten nodes and 2,000 calls a second from this test saturate a
+			// two-core machine (the callers offer unevenly, a node may not
+			// run for a while): there the test holds that no node starves.
+			if n <= 3 && worst > 0.25 {
+				t.Errorf("a node's share of a 2 s window was %.0f%% off 1/N, want within 25%%", 100*worst)
+			}
+			if least < 0.5 {
+				t.Errorf("a node's share of a 2 s window was %.2f of 1/N: it starved", least)
+			}
+		})
 	}
 }
