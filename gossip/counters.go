@@ -48,7 +48,7 @@ func (s *Syncer) round() {
 	}
 	for _, c := range own {
 		if !s.staleLocked(c) { // consumption a reset forgave is not reported
-			s.queueLocked(s.self, c, max(transmits, redundancy))
+			s.queueLocked(s.self, c, ownTransmits(c, transmits))
 		}
 	}
 	if len(s.pending) == 0 || len(targets) == 0 {
