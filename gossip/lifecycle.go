@@ -160,7 +160,7 @@ func (s *Syncer) startMemberlist() error {
 			}
 			return mlc.Keyring.GetKeys()
 		},
-		book: s.senders.Load, vouch: newVouches()}
+		book: s.senders.Load, vouch: newVouches(), stranger: s.noteStranger}
 	s.transport = nt
 	ml, err := memberlist.Create(mlc)
 	if err != nil {
