@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -61,4 +62,26 @@ func TestFloorKeepsANodeNearItsShare(t *testing.T) {
 func floorOver10s(members int) [2]int {
 	f := int((1 - floorMargin) * 100 * 10 / float64(members))
 	return [2]int{f, f + floorSlack + 1}
+}
+
+// BenchmarkClusterTake is a tracked Take (a daemon in a cluster) on one
+// key with plenty of tokens, alone (the anchor: no hold, no floor) and
+// with ten members (the hold over, the floor advanced on every admission).
+func BenchmarkClusterTake(b *testing.B) {
+	for _, members := range []int{1, 10} {
+		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) {
+			lim, _ := NewLimit(1_000_000_000, time.Second, 1_000_000_000)
+			s := NewStore(StoreConfig{TrackConsumption: true})
+			s.SetFirstShare(members, time.Millisecond)
+			key := []byte("k")
+			now := time.Unix(1_700_000_000, 0)
+			s.Take(1, key, lim, 1, now)
+			now = now.Add(time.Second)
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Nanosecond)
+				s.Take(1, key, lim, 1, now)
+			}
+		})
+	}
 }
