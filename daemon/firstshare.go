@@ -45,7 +45,7 @@ func firstShareHold(n int, interval time.Duration, fanoutLimit, gossipNodes int)
 
 // updateFirstShare sets the store's hold from the members alive now.
 func (d *Daemon) updateFirstShare() {
-	if d.syncer == nil {
+	if d.syncer == nil || d.noFirstShare {
 		return
 	}
 	n := d.syncer.NumAlive()
