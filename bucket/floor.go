@@ -51,13 +51,19 @@ func (s *Store) floorAdmits(t *tracking, lim Limit, balance float64, now time.Ti
 }
 
 // advanceFloor notes an admission of cost on the tracked bucket at now:
-// its floor moves on by cost tokens at (1 − floorMargin) × rate / members.
-// The caller holds the shard's lock.
+// its floor moves on by cost tokens at (1 − floorMargin) × rate / members,
+// but never more than one token ahead of now: admissions above the floor
+// are not saved against later ones, so a node that won many tokens a
+// moment ago still has its floor in the next (the floor holds over
+// seconds, not only in the long run). The long-run total does not depend
+// on it: floors admit only while the balance is near zero. The caller
+// holds the shard's lock.
 func (s *Store) advanceFloor(t *tracking, lim Limit, cost int64, now time.Time) {
 	members := s.firstMembers.Load()
 	if members <= 1 || lim.algo.Windowed() {
 		return
 	}
 	per := float64(lim.nanosPerToken) * float64(members) / (1 - floorMargin)
-	t.floor = max(t.floor, now.UnixNano()-int64(floorSlack*per)) + int64(float64(cost)*per)
+	n := now.UnixNano()
+	t.floor = min(max(t.floor, n-int64(floorSlack*per))+int64(float64(cost)*per), n+int64(per))
 }
