@@ -23,7 +23,8 @@ import (
 // not admitted a burst on every node (first contact), and even demand is
 // shared evenly (fairness). SLUICE_SHARE_BINARY names another sluiced to
 // run instead of the one TestMain built (to measure an older build with
-// the same scenario); the assertions are for this build.
+// the same scenario), SLUICE_SHARE_MIXED one that every other node runs (a
+// rolling upgrade); the assertions are for this build.
 
 // shareNode is one sluiced of a share cluster.
 type shareNode struct {
@@ -61,8 +62,12 @@ func shareCluster(t *testing.T, n int, interval time.Duration) []*shareNode {
 		} else {
 			seed = gossip
 		}
-		sn.cmd = append([]string{bin}, args...)
-		sn.p = startProc(t, startProcBinary(bin, args...))
+		nodeBin := bin
+		if mixed := os.Getenv("SLUICE_SHARE_MIXED"); mixed != "" && i%2 == 1 {
+			nodeBin = mixed // a rolling upgrade: every other node runs that build
+		}
+		sn.cmd = append([]string{nodeBin}, args...)
+		sn.p = startProc(t, startProcBinary(nodeBin, args...))
 		eventually(t, sn.name+" serves", func() bool {
 			c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 5 * time.Second})
 			if err != nil {
