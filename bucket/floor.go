@@ -44,10 +44,23 @@ const floorSlack = 4
 // first contact's debt was then repaid at 5% of the rate, 110% of the
 // limit over 5 s at 10 nodes and 200 ms.) The caller holds the shard's lock.
 func (s *Store) floorAdmits(t *tracking, lim Limit, balance float64, now time.Time) bool {
-	if s.firstMembers.Load() <= 1 || lim.algo.Windowed() || t.floor > now.UnixNano() {
+	members := s.firstMembers.Load()
+	if members <= 1 || lim.algo.Windowed() {
+		return false
+	}
+	if t.floor == 0 { // the floor starts at this node's first use: no credit for the time before
+		t.floor = now.UnixNano() + int64(floorPer(lim, members))
+		return false
+	}
+	if t.floor > now.UnixNano() {
 		return false
 	}
 	return balance > -float64(s.firstMembers.Load())-1
+}
+
+// floorPer is the floor's spacing of one token, in nanoseconds.
+func floorPer(lim Limit, members int64) float64 {
+	return float64(lim.nanosPerToken) * float64(members) / (1 - floorMargin)
 }
 
 // advanceFloor notes an admission of cost on the tracked bucket at now:
@@ -63,7 +76,11 @@ func (s *Store) advanceFloor(t *tracking, lim Limit, cost int64, now time.Time) 
 	if members <= 1 || lim.algo.Windowed() {
 		return
 	}
-	per := float64(lim.nanosPerToken) * float64(members) / (1 - floorMargin)
+	per := floorPer(lim, members)
 	n := now.UnixNano()
-	t.floor = min(max(t.floor, n-int64(floorSlack*per))+int64(float64(cost)*per), n+int64(per))
+	from := n - int64(floorSlack*per)
+	if t.floor == 0 {
+		from = n // the floor starts at this node's first use
+	}
+	t.floor = min(max(t.floor, from)+int64(float64(cost)*per), n+int64(per))
 }
