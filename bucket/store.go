@@ -79,7 +79,10 @@ type Store struct {
 
 	epochs    atomic.Uint64
 	evictions atomic.Uint64
-	logs      logBudget
+	// firstMembers and firstHold hold new buckets to a share of their
+	// burst (see firstshare.go).
+	firstMembers, firstHold atomic.Int64
+	logs                    logBudget
 }
 
 // shard is one lock's share of the keys, in an open-addressing table whose
@@ -202,6 +205,14 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	sh.mu.Lock()
 	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
 	st := sl.stateFor(lim)
+	if s.track && sl.tracked().born != 0 {
+		if held, wait := s.heldBack(sl.tracked(), lim, cost, now); held {
+			r, _ = st.decide(lim, cost, 0, false, now)
+			r.Allowed, r.RetryAfter = false, max(r.RetryAfter, wait)
+			sh.mu.Unlock()
+			return r, false, nil
+		}
+	}
 	switch {
 	case lim.algo == AlgoTokenBucket && l == leeway{}:
 		r = (*Bucket)(st).Take(lim, cost, now) // the common case, called directly
@@ -212,8 +223,16 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	default:
 		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
-	if r.Allowed && s.track {
-		sh.record(sl, cost, st.window(lim, now))
+	if s.track {
+		t := sl.tracked()
+		if !r.Allowed && l.maxWait == 0 && s.floorAdmits(t, lim, st.balance(lim, now), now) {
+			st.charge(lim, cost, 0, now) // below its fair floor: admitted, charged all the same
+			r = Result{Allowed: true, Limit: r.Limit, ResetAfter: r.ResetAfter}
+		}
+		if r.Allowed {
+			s.advanceFloor(t, lim, cost, now)
+			sh.record(sl, cost, st.window(lim, now))
+		}
 	}
 	s.attachLog(sl)
 	sh.mu.Unlock()
@@ -389,6 +408,9 @@ func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, window uint64, balanc
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
+	if s.track {
+		sl.tracked().born = 0 // a peer's view of the key: no first-share hold (see firstshare.go)
+	}
 	changed := sl.stateFor(lim).adopt(lim, window, balance, now)
 	s.attachLog(sl)
 	return changed

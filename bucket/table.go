@@ -152,6 +152,12 @@ type tracking struct {
 	window uint64 // the window used counts in (windowed algorithms; 0 for the buckets)
 	used   uint64 // tokens admitted here (not charged by peers) in this epoch and window
 	sent   uint64 // used, as of the last drain; used != sent means it is on the dirty list
+	// born is when the bucket was created (Unix nanoseconds), while it is
+	// held to its first share (see firstshare.go); 0 once it is not.
+	born int64
+	// floor is when this daemon's own admissions of the key have caught up
+	// with its fair floor (Unix nanoseconds, see floor.go).
+	floor int64
 }
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local
@@ -250,7 +256,11 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 	*sl = slot{w: tagOf(h) | uint32(algo), ns: ns}
 	sl.setKey(key, s.track)
 	if s.track {
-		sl.tracked().epoch = s.epochs.Add(1)
+		t := sl.tracked()
+		t.epoch = s.epochs.Add(1)
+		if s.firstHold.Load() > 0 {
+			t.born = now.UnixNano()
+		}
 	}
 	sh.n++
 	return sl

@@ -34,6 +34,11 @@ type Config struct {
 	// members memberlist suspects (see gossip.CensusSink). Nil: none is
 	// counted suspect. The daemon installs nothing process-wide.
 	Census *gossip.CensusSink
+	// NoFirstShare turns off first contact's hold and the fair floor
+	// (bucket/firstshare.go, bucket/floor.go): every node then decides a
+	// new key on a full bucket, as before issue 20 (tests of that
+	// behaviour use it).
+	NoFirstShare bool
 }
 
 // Daemon decides rate-limit requests for the clients of one host.
@@ -48,6 +53,8 @@ type Daemon struct {
 	rules  atomic.Pointer[ruleSet]
 	fence  rulesFence     // rules and balances switch together (fence.go)
 	syncer *gossip.Syncer // nil when not in a cluster
+	// noFirstShare: see Config.NoFirstShare.
+	noFirstShare bool
 
 	loadedDigest []byte      // content hash of the rules file New loaded
 	fileWriting  atomic.Bool // the watcher saw the rules file modified in place and not yet closed (watch.go)
@@ -161,11 +168,12 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	s := cfg.Settings
 	d := &Daemon{
-		settings:  s,
-		log:       cfg.Logger,
-		now:       cfg.Now,
-		clock:     clock,
-		undecided: clientlib.NewFailOpenLog(cfg.Logger.Named("embedded").Warn, 0, false, nil),
+		settings:     s,
+		log:          cfg.Logger,
+		now:          cfg.Now,
+		clock:        clock,
+		noFirstShare: cfg.NoFirstShare,
+		undecided:    clientlib.NewFailOpenLog(cfg.Logger.Named("embedded").Warn, 0, false, nil),
 		store: bucket.NewStore(bucket.StoreConfig{
 			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen, MaxLogBytes: s.MaxLogBytes,
 			TrackConsumption: s.Cluster.Enabled(),
@@ -232,10 +240,15 @@ func (d *Daemon) sweepLoop(ctx context.Context) {
 	defer t.Stop()
 	resync := time.NewTicker(clockCheckInterval)
 	defer resync.Stop()
+	share := time.NewTicker(firstShareInterval)
+	defer share.Stop()
+	d.updateFirstShare()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-share.C:
+			d.updateFirstShare()
 		case <-resync.C:
 			d.resyncClock()
 		case <-t.C:

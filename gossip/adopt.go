@@ -191,19 +191,27 @@ func (s *Syncer) unheardLocked(peer string, own Counter, c Counter, listed []see
 // has not heard from the origin's allowance for c's key, and returns what
 // it paid. A counter of a generation this node does not hold is unheard
 // from its start; one older than the generation held tells nothing new.
-// Caller holds s.mu.
+// In the generation held, both ends are unheard: what lies above the range
+// charged here, and what lies below it (this node first heard of the
+// counter midway, its first packets lost or sent before the origin knew
+// this node as a member); once the balance is taken, baselineLocked marks
+// the whole counter accounted for. Caller holds s.mu.
 func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float64, now time.Duration) uint64 {
 	k := counterKey{origin, c.Rule, c.Key}
 	sr := s.seen[k]
-	var heard uint64
+	var heard, below uint64
 	if sr != nil {
 		if g := sr.gen(c); g != nil {
 			heard = g.hi
+			if g == &sr.cur { // baselineLocked accounts for the part below in cur only
+				below = min(g.lo, c.Used)
+			}
 		} else if compareGen(c.Epoch, c.Window, sr.cur.epoch, sr.cur.window) < 0 {
 			return 0
 		}
 	}
-	if c.Used <= heard || want < 1 {
+	unheard := c.Used - min(c.Used, heard) + below
+	if unheard == 0 || want < 1 {
 		return 0
 	}
 	if sr == nil {
@@ -211,7 +219,7 @@ func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float
 		// taken (baselineLocked records it).
 		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}})
 	}
-	return s.takeLocked(sr, a, origin, c, min(c.Used-heard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
+	return s.takeLocked(sr, a, origin, c, min(unheard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
 }
 
 // memberLocked reports whether name is a member this node knows, alive or

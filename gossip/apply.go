@@ -71,6 +71,9 @@ func (s *Syncer) receive(b []byte) {
 			return
 		}
 		tokens, news, sr := s.applyLocked(origin, c)
+		if origin == sender {
+			s.askRepairLocked(sender, sr, c, a, bounded != nil)
+		}
 		clamped := false
 		if bounded != nil && tokens > 0 {
 			at := now

@@ -44,7 +44,7 @@ func (s *Syncer) round() {
 	}
 	for _, c := range own {
 		if !s.staleLocked(c) { // consumption a reset forgave is not reported
-			s.queueLocked(s.self, c, transmits)
+			s.queueLocked(s.self, c, ownTransmits(c, transmits))
 		}
 	}
 	if owner {
@@ -101,7 +101,11 @@ func (s *Syncer) packPendingLocked(direct bool) ([][]byte, []int) {
 			s.dropPendingLocked(k)
 			return
 		}
-		w.add(k.origin, p.c)
+		if k.origin == s.self {
+			w.add(k.origin, p.carry())
+		} else {
+			w.add(k.origin, p.c)
+		}
 		if p.transmits--; p.transmits <= 0 {
 			s.dropPendingLocked(k)
 		}

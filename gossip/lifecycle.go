@@ -136,7 +136,8 @@ func (s *Syncer) Start() error {
 		return err
 	}
 	s.life = running
-	s.wg.Add(4)
+	s.wg.Add(5)
+	go s.every(repairTick, s.repairOne)
 	go s.resendLoop()
 	go s.every(s.cfg.GossipInterval, s.round)
 	go s.every(s.cfg.ReconnectInterval, s.reconnect)
@@ -173,7 +174,7 @@ func (s *Syncer) startMemberlist() error {
 			}
 			return mlc.Keyring.GetKeys()
 		},
-		book: s.senders.Load, vouch: newVouches()}
+		book: s.senders.Load, vouch: newVouches(), stranger: s.noteStranger}
 	s.transport = nt
 	ml, err := memberlist.Create(mlc)
 	if err != nil {

@@ -71,6 +71,14 @@ func TestReplayedCapturedPacketChargesNothing(t *testing.T) {
 	waitFor(t, "a sees b", func() bool { return a.NumAlive() == 2 })
 	la.add(Counter{Rule: "r", Key: "k", Epoch: 1, Used: 5})
 	waitFor(t, "b charges a's counter", func() bool { return lb.get("r/k") == 5 })
+	// a sends its counter in redundancy rounds (redundancy.go), all within a
+	// few intervals of real time, long before any prune: let them go out
+	// before the clock jumps past two prunes.
+	waitFor(t, "a has sent its counter redundancy times", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.pending) == 0
+	})
 	packets := capture.captured()
 
 	clk.add(time.Minute + time.Second) // the default SeenTTL, and a second

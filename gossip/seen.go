@@ -18,6 +18,7 @@ type seenRange struct {
 	hasOld   bool
 	allow    allowance
 	touched  bool
+	asked    bool // a repair was asked for the range below cur (see askRepairLocked)
 }
 
 // genRange is the part [lo, hi] of an origin's counter already charged here,
@@ -55,6 +56,7 @@ func (sr *seenRange) place(g genRange) {
 	if compareGen(g.epoch, g.window, sr.cur.epoch, sr.cur.window) > 0 {
 		sr.allow.newEpoch = sr.allow.newEpoch || g.epoch > sr.cur.epoch
 		sr.old, sr.cur = sr.cur, g
+		sr.asked = false
 	} else {
 		sr.old = g
 	}

@@ -191,6 +191,9 @@ type senderGuard struct {
 	keys       func() [][]byte
 	book       func() *senderBook
 	vouch      *vouches
+	// stranger, if set, is told the source of a counters packet from a
+	// sender that is no member here, in a keyed cluster.
+	stranger func(netip.AddrPort)
 
 	ring  [][]byte // the keys aeads were made from
 	aeads []cipher.AEAD
@@ -347,6 +350,11 @@ func (g *senderGuard) user(b []byte, src netip.AddrPort, book *senderBook) sende
 	}
 	if !book.allows(src, sender) {
 		return senderRefusal{reason: PacketRefusedSender, claimed: sender}
+	}
+	if g.stranger != nil && g.verify && book != nil && book.owner(src) == "" {
+		if _, named := book.byName[string(sender)]; !named {
+			g.stranger(src) // a keyed node that counts this one a member, unknown here (see repair.go)
+		}
 	}
 	g.sums = append(g.sums, g.vouch.sum(b))
 	return senderRefusal{}

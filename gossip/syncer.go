@@ -63,7 +63,8 @@ type Syncer struct {
 	stopOnce  sync.Once
 	wg        sync.WaitGroup
 	stats     Stats
-	resets    resetState // under mu, but for its resend channel
+	resets    resetState  // under mu, but for its resend channel
+	repair    repairState // push-pulls asked for counters first heard midway (repair.go); under mu
 	// transport is memberlist's network, made by Start; tstats counts what
 	// it refuses (here, so that they can be registered before Start).
 	transport *transport
@@ -110,6 +111,10 @@ type pendingKey struct {
 type pendingCounter struct {
 	c         Counter
 	transmits int // rounds left to send it in
+	// back holds, for this node's own counters, the Prev each of the last
+	// rounds sent, newest first (sent of them valid): see carry.
+	back [redundancy - 1]uint64
+	sent int
 }
 
 // Stats counts a syncer's traffic; read it with Stats.
@@ -134,6 +139,9 @@ type Stats struct {
 	// RelaysDropped counts counters that were news but not queued for
 	// relaying: their origin's share of the queue, or the queue, was full.
 	RelaysDropped atomic.Uint64
+	// Repairs counts push-pulls this node started because it first heard a
+	// member's counter midway (see repair.go).
+	Repairs atomic.Uint64
 }
 
 // Stats returns the syncer's counters.

@@ -27,6 +27,9 @@ import (
 type Options struct {
 	// N is the number of nodes. Default 3.
 	N int
+	// FirstShare turns on first contact's hold and the fair floor (see
+	// daemon.Config.NoFirstShare), which sluiced always runs with.
+	FirstShare bool
 	// Rules is the rules file every node loads. Default: rule "api", 100/1s.
 	Rules string
 	// GossipInterval, FanoutLimit, GossipNodes and PushPullInterval tune
@@ -230,6 +233,10 @@ func (n *Node) start(join []string) error {
 		Settings: s,
 		Logger:   c.opts.Logger.Named(n.Name),
 		Now:      c.opts.Now,
+		// In-process clusters decide as before issue 20's first-share hold
+		// and fair floor unless asked (their tests pause gossip to make
+		// every node spend a full burst first).
+		NoFirstShare: !c.opts.FirstShare,
 		Gossip: func(g *gossip.Config) {
 			g.WrapTransport = func(t memberlist.Transport) memberlist.Transport {
 				ft = newFaultTransport(t, c.opts.Faults.Seed+uint64(n.Index)+1)

@@ -320,11 +320,14 @@ func TestTwoProcessesShareALimit(t *testing.T) {
 	})
 	defer a.Close()
 	eventually(t, "b's join retry finds a", func() bool { return strings.Contains(pa.stderr.String(), "member joined: name=b") })
-	// a spends the whole burst; b learns of it by gossip.
+	// a spends the whole burst; b learns of it by gossip. A key new to the
+	// cluster is held to a's share of the burst for one propagation delay
+	// (bucket/firstshare.go): a's last requests may wait for it.
 	for i := range 5 {
-		if d := a.Allow(context.Background(), "r", "shared"); !d.Allowed {
-			t.Fatalf("a's request %d denied before anyone else spent anything: %+v", i, d)
-		}
+		eventually(t, fmt.Sprintf("a admits its request %d, nobody else having spent anything", i), func() bool {
+			d := a.Allow(context.Background(), "r", "shared")
+			return d.Allowed && !d.FailedOpen
+		})
 	}
 	admittedByB := 0
 	eventually(t, "b denies what a spent", func() bool {

@@ -1,0 +1,88 @@
+package bucket
+
+import (
+	"testing"
+	"time"
+)
+
+// A new bucket in a cluster of ten is held to a tenth of its burst plus the
+// rate since it was created, for the hold; then its balance alone decides.
+// A cluster of one, a bucket learnt from a peer's balance and windowed
+// algorithms are not held.
+func TestNewBucketsAreHeldToTheirFirstShare(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	type take struct {
+		at      time.Duration // after t0
+		n       int           // takes of cost 1
+		admit   int           // how many are admitted
+		minWait time.Duration // the last refusal's RetryAfter at least
+	}
+	tests := []struct {
+		name    string
+		members int
+		algo    Algorithm
+		adopt   bool // the bucket is first made by adopting a peer's balance of 99.5
+		charge  int64
+		takes   []take
+	}{
+		{name: "one member: the full burst", members: 1, takes: []take{{n: 120, admit: 100}}},
+		{name: "ten members: a tenth, then the rate", members: 10, takes: []take{
+			{n: 15, admit: 10, minWait: 10 * time.Millisecond},
+			{at: 100 * time.Millisecond, n: 15, admit: 10},
+			{at: 400 * time.Millisecond, n: 120, admit: 100}}}, // 80 left and 40 refilled, capped at the burst
+		{name: "a peer's charge made it: held too", members: 10, charge: 5, takes: []take{{n: 15, admit: 10}}},
+		{name: "learnt from a peer's balance: not held", members: 10, adopt: true, takes: []take{{n: 120, admit: 99}}},
+		{name: "windowed: not held", members: 10, algo: AlgoFixedWindow, takes: []take{{n: 120, admit: 100}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim, err := NewLimitOf(tt.algo, 100, time.Second, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewStore(StoreConfig{TrackConsumption: true})
+			s.SetFirstShare(tt.members, 400*time.Millisecond)
+			key := []byte("k")
+			if tt.adopt {
+				s.Adopt(1, key, lim, 0, 99.5, t0)
+			}
+			if tt.charge > 0 {
+				s.Charge(1, key, lim, tt.charge, t0)
+			}
+			for i, tk := range tt.takes {
+				got := 0
+				var last Result
+				for range tk.n {
+					r, err := s.Take(1, key, lim, 1, t0.Add(tk.at))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Allowed {
+						got++
+					} else {
+						last = r
+					}
+				}
+				if got != tk.admit {
+					t.Fatalf("takes %d at +%s: admitted %d of %d, want %d", i, tk.at, got, tk.n, tk.admit)
+				}
+				if last.RetryAfter < tk.minWait {
+					t.Fatalf("takes %d: a refusal said retry after %s, want at least %s", i, last.RetryAfter, tk.minWait)
+				}
+			}
+		})
+	}
+}
+
+// The check of the hold allocates nothing.
+func TestFirstShareHoldAllocatesNothing(t *testing.T) {
+	lim, _ := NewLimit(1_000_000, time.Second, 1_000_000)
+	s := NewStore(StoreConfig{TrackConsumption: true})
+	s.SetFirstShare(10, time.Hour)
+	t0 := time.Unix(1_700_000_000, 0)
+	key := []byte("k")
+	s.Take(1, key, lim, 1, t0)
+	if a := testing.AllocsPerRun(1000, func() { s.Take(1, key, lim, 1, t0) }); a != 0 {
+		t.Fatalf("a held take allocated %v times", a)
+	}
+}
