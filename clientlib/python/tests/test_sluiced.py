@@ -2,6 +2,7 @@
 multi-checks, INSPECT, threads, and the fail-open cases (daemon absent,
 killed, stopped), reconnection and REPORT."""
 
+import statistics
 import threading
 import time
 import unittest
@@ -10,6 +11,7 @@ import sluice
 
 from .daemon import Daemon, binary, poll
 from .test_faults import capture_logger
+from .timing import DIAL_PATIENT, PATIENT
 
 
 class SluicedTest(unittest.TestCase):
@@ -22,7 +24,10 @@ class SluicedTest(unittest.TestCase):
         self.addCleanup(self.d.close)
 
     def client(self, **kw):
-        kw.setdefault("timeout", 5.0)
+        # Deadlines a starved machine still meets: what these tests assert is
+        # the decision, not how fast it came (the timeout tests set their own).
+        kw.setdefault("timeout", PATIENT)
+        kw.setdefault("dial_timeout", DIAL_PATIENT)
         kw.setdefault("reconnect_min", 0.005)
         kw.setdefault("reconnect_max", 0.05)
         kw.setdefault("logger", capture_logger(self.id())[0])
@@ -90,7 +95,7 @@ class SluicedTest(unittest.TestCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
+            t.join(2 * PATIENT)
         self.assertEqual(errors, [])
         self.assertEqual(len(admitted), 100, "320 calls on a 100/1h limit")
         self.assertEqual(c.stats().decisions, 320)
@@ -134,13 +139,15 @@ class SluicedTest(unittest.TestCase):
         poll(lambda: not c.allow("api", "warm").failed_open, "a decision")
         self.d.stop()
         self.addCleanup(self.d.cont)
-        worst = 0.0
+        took = []
         for _ in range(10):
             t0 = time.monotonic()
             d = c.allow("api", "k")
-            worst = max(worst, time.monotonic() - t0)
+            took.append(time.monotonic() - t0)
             self.assertTrue(d.allowed and d.failed_open and d.cause == "timeout", d)
-        self.assertLess(worst, 1.5, "a 100 ms deadline took %.3fs" % worst)
+        # The stopped daemon never answers: a call on a longer deadline would
+        # make every call slow; a starved test process makes only a few slow.
+        self.assertLess(statistics.median(took), 1.0, "a 100 ms deadline took %s" % took)
         self.assertEqual(c.stats().timeouts, 10)
         self.assertEqual(c.fail_opens()["timeout"], 10)
         self.d.cont()
@@ -156,7 +163,7 @@ class SluicedTest(unittest.TestCase):
         self.assertEqual(c.stats().failed_open, 0)
 
     def test_untrusted_real_daemon(self):
-        c = sluice.Client(socket_path=self.d.sock, timeout=5, daemon_uids=[4242],
+        c = sluice.Client(socket_path=self.d.sock, timeout=5, daemon_uids=[4242], dial_timeout=DIAL_PATIENT,
                           logger=capture_logger("untrusted-real")[0])
         self.addCleanup(c.close)
         poll(lambda: c.stats().untrusted >= 1, "the daemon (not uid 4242) is refused")
