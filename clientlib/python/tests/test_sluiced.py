@@ -102,13 +102,14 @@ class SluicedTest(unittest.TestCase):
 
     def test_absent_daemon_fails_open_then_connects_when_it_starts(self):
         self.d.kill()
-        c = sluice.Client(socket_path=self.d.sock, timeout=5, reconnect_min=0.005, reconnect_max=0.05,
-                          logger=capture_logger("absent")[0])
+        c = sluice.Client(socket_path=self.d.sock, timeout=PATIENT, dial_timeout=DIAL_PATIENT, reconnect_min=0.005,
+                          reconnect_max=0.05, logger=capture_logger("absent")[0])
         self.addCleanup(c.close)
         t0 = time.monotonic()
         d = c.allow("api", "k")
         self.assertTrue(d.allowed and d.failed_open and d.cause == "daemon_down", d)
-        self.assertLess(time.monotonic() - t0, 1)
+        # At once, not at the 60 s deadline; 10 s leaves room for a starved process.
+        self.assertLess(time.monotonic() - t0, 10)
         self.d.start()
         poll(lambda: c.up, "the client connects to the new daemon")
         self.assertFalse(c.allow("api", "k").failed_open)
@@ -118,11 +119,12 @@ class SluicedTest(unittest.TestCase):
         self.assertFalse(c.allow("api", "k").failed_open)
         self.d.kill()
         poll(lambda: c.allow("api", "k").failed_open, "calls fail open once the daemon is dead")
-        t0 = time.monotonic()
         for _ in range(20):
+            t0 = time.monotonic()
             d = c.allow("api", "k")
+            # At once, not at the 60 s deadline; 10 s leaves room for a starved process.
+            self.assertLess(time.monotonic() - t0, 10, "calls while down must fail at once")
             self.assertTrue(d.allowed and d.failed_open, d)
-        self.assertLess(time.monotonic() - t0, 2, "calls while down must fail at once")
         failed = c.stats().failed_open
         self.d.start()  # on the same path: the stale socket is replaced
         poll(lambda: c.up, "the client reconnects")
