@@ -11,6 +11,8 @@ import time
 import unittest
 import urllib.request
 
+from .timing import PATIENT
+
 BINARY_ENV = "SLUICE_TEST_SLUICED"
 RULES = """\
 unknown_rule: deny
@@ -38,7 +40,7 @@ def binary():
     return b
 
 
-def poll(cond, what, timeout=15.0):
+def poll(cond, what, timeout=PATIENT):
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
@@ -73,11 +75,19 @@ class Daemon:
             self.proc = subprocess.Popen(
                 [self.bin, "--socket", self.sock, "--rules", self.rules, "--node-name", "py",
                  "--admin-addr", "127.0.0.1:0"] + self.args, stdout=subprocess.DEVNULL, stderr=f, env=env)
-        m = poll(lambda: self.proc.poll() is None and re.search(r"admin endpoint serving: addr=(\S+)", self.stderr()),
+        m = poll(lambda: self._ready(r"admin endpoint serving: addr=(\S+)"),
                  "sluiced serves its admin endpoint (stderr: %s)" % log)
         self.admin = m.group(1)
         poll(lambda: os.path.exists(self.sock), "the socket appears")
         return self
+
+    def _ready(self, pattern):
+        """The match of pattern in stderr, or None; raises at once if sluiced
+        has exited, instead of waiting out the deadline."""
+        code = self.proc.poll()
+        if code is not None:
+            raise AssertionError("sluiced exited with %d before it was ready: %s" % (code, self.stderr()))
+        return re.search(pattern, self.stderr())
 
     def stderr(self):
         with open(self.logs[-1], errors="replace") as f:

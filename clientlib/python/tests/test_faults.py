@@ -3,6 +3,7 @@ peers, silence, garbage, closing, refusing, not reading."""
 
 import logging
 import os
+import statistics
 import threading
 import time
 import unittest
@@ -13,6 +14,7 @@ from sluice.client import Options, _Core
 
 from .fakeserver import FakeServer, handshake, read_frame
 from .test_replay import wait_until
+from .timing import DIAL_PATIENT, PATIENT, fastest
 
 
 class ListHandler(logging.Handler):
@@ -66,6 +68,7 @@ class FaultTest(unittest.TestCase):
         kw.setdefault("logger", capture_logger(self.id())[0])
         kw.setdefault("reconnect_min", 0.005)
         kw.setdefault("reconnect_max", 0.05)
+        kw.setdefault("dial_timeout", DIAL_PATIENT)  # a starved fake server still answers in time
         c = sluice.Client(socket_path=path, **kw)
         self.cleanup.append(c.close)
         return c
@@ -74,11 +77,14 @@ class FaultTest(unittest.TestCase):
         received = []
 
         def handler(c):
-            c.settimeout(5)
+            c.settimeout(PATIENT)
             received.append(c.recv(100))  # b"": closed without a byte sent
         srv = self.server(handler)
         lg, h = capture_logger("untrusted")
-        c = self.client(srv.path, daemon_uids=[4242], logger=lg, timeout=1)
+        # One dial in the test's life: a re-dial to a starved fake server can fail
+        # otherwise (EAGAIN on a full backlog) and change the cause under test.
+        c = self.client(srv.path, daemon_uids=[4242], logger=lg, timeout=1, reconnect_min=PATIENT,
+                        reconnect_max=PATIENT)
         wait_until(lambda: c.stats().untrusted >= 1, "the untrusted daemon is refused")
         d = c.allow("api", "k")
         self.assertTrue(d.allowed and d.failed_open, d)
@@ -108,17 +114,22 @@ class FaultTest(unittest.TestCase):
         srv = self.server(hold)
         c = self.client(srv.path, timeout=0.05)
         wait_until(lambda: c.up, "connected")
+        calls = {}
         for fail_closed in (False, True):
             c.opts.fail_closed = fail_closed
-            t0 = time.monotonic()
-            d = c.allow("api", "k")
-            took = time.monotonic() - t0
-            self.assertTrue(d.failed_open and d.allowed != fail_closed, d)
-            self.assertEqual(d.cause, "timeout")
-            self.assertLess(took, 1.0, "a 50 ms deadline took %.3fs" % took)
+            # The daemon never answers: a call that ignored its deadline would
+            # never return, one on a longer deadline would take over 1 s every
+            # time; a starved test process makes only some calls slow.
+            got, best = fastest(lambda: c.allow("api", "k"), 1.0)
+            calls[fail_closed] = len(got)
+            for d in got:
+                self.assertTrue(d.failed_open and d.allowed != fail_closed, d)
+                self.assertEqual(d.cause, "timeout")
+            self.assertLess(best, 1.0, "a 50 ms deadline took at best %.3fs in %d calls" % (best, len(got)))
         st = c.stats()
-        self.assertEqual((st.failed_open, st.failed_closed, st.timeouts), (1, 1, 2))
-        self.assertEqual(c.fail_opens()["timeout"], 2)
+        self.assertEqual((st.failed_open, st.failed_closed, st.timeouts),
+                         (calls[False], calls[True], calls[False] + calls[True]))
+        self.assertEqual(c.fail_opens()["timeout"], calls[False] + calls[True])
 
     def test_per_call_timeout_shortens_the_deadline(self):
         srv = self.server(hold)
@@ -218,21 +229,31 @@ class FaultTest(unittest.TestCase):
         self.assertEqual(c.stats().invalid, 5)
 
     def test_a_daemon_that_stops_reading_cannot_hold_calls(self):
+        release = threading.Event()
+        self.cleanup.append(release.set)
+
         def handler(c):
             handshake(c, P.encode_welcome(2, b"fake", 1 << 20, 4, 1 << 16))
-            time.sleep(8)  # reads nothing more
+            release.wait(PATIENT)  # reads nothing more until the test ends
         srv = self.server(handler)
-        c = self.client(srv.path, timeout=0.05, conns=1)
+        # dial_timeout 30 s: the client's own stall detection (max(timeout,
+        # dial_timeout, 1 s)) must not be what frees a held call.
+        c = self.client(srv.path, timeout=0.05, conns=1, dial_timeout=DIAL_PATIENT)
         wait_until(lambda: c.up, "connected")
-        worst = 0.0
+        took = []
         causes = set()
         for i in range(40):  # 40 x 60 KiB: well past the socket buffer and the 1 MiB queue
             t0 = time.monotonic()
             d = c.allow("r", ("k%d-" % i) + "x" * 60000)
-            worst = max(worst, time.monotonic() - t0)
+            took.append(time.monotonic() - t0)
             self.assertTrue(d.failed_open and d.allowed, d)
             causes.add(d.cause)
-        self.assertLess(worst, 1.0, "a call took %.3fs with a 50 ms deadline" % worst)
+        # A call held by the unread socket would take 30 s or more; a
+        # starved test process delays a few calls by seconds, not most of
+        # them past 1 s.
+        self.assertLess(max(took), 10.0, "a call took %.3fs with a 50 ms deadline" % max(took))
+        self.assertLess(statistics.median(took), 1.0, "the median call took %.3fs with a 50 ms deadline"
+                        % statistics.median(took))
         self.assertTrue(causes <= {"timeout", "daemon_down"}, causes)
 
     def test_rate_limited_log_one_line_per_cause_per_interval(self):

@@ -12,6 +12,7 @@ from sluice import protocol as P
 
 from . import vectors as V
 from .fakeserver import FakeServer, read_frame
+from .timing import PATIENT
 
 DRIVEN_SERVERS = ("sluiced", "sluiced-allow", "bare-ipc-server")
 
@@ -241,7 +242,7 @@ def _quiet():
     return lg
 
 
-def wait_until(cond, what, timeout=10.0):
+def wait_until(cond, what, timeout=PATIENT):
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:

@@ -2,6 +2,7 @@
 multi-checks, INSPECT, threads, and the fail-open cases (daemon absent,
 killed, stopped), reconnection and REPORT."""
 
+import statistics
 import threading
 import time
 import unittest
@@ -10,6 +11,7 @@ import sluice
 
 from .daemon import Daemon, binary, poll
 from .test_faults import capture_logger
+from .timing import DIAL_PATIENT, PATIENT
 
 
 class SluicedTest(unittest.TestCase):
@@ -22,7 +24,10 @@ class SluicedTest(unittest.TestCase):
         self.addCleanup(self.d.close)
 
     def client(self, **kw):
-        kw.setdefault("timeout", 5.0)
+        # Deadlines a starved machine still meets: what these tests assert is
+        # the decision, not how fast it came (the timeout tests set their own).
+        kw.setdefault("timeout", PATIENT)
+        kw.setdefault("dial_timeout", DIAL_PATIENT)
         kw.setdefault("reconnect_min", 0.005)
         kw.setdefault("reconnect_max", 0.05)
         kw.setdefault("logger", capture_logger(self.id())[0])
@@ -90,20 +95,21 @@ class SluicedTest(unittest.TestCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
+            t.join(2 * PATIENT)
         self.assertEqual(errors, [])
         self.assertEqual(len(admitted), 100, "320 calls on a 100/1h limit")
         self.assertEqual(c.stats().decisions, 320)
 
     def test_absent_daemon_fails_open_then_connects_when_it_starts(self):
         self.d.kill()
-        c = sluice.Client(socket_path=self.d.sock, timeout=5, reconnect_min=0.005, reconnect_max=0.05,
-                          logger=capture_logger("absent")[0])
+        c = sluice.Client(socket_path=self.d.sock, timeout=PATIENT, dial_timeout=DIAL_PATIENT, reconnect_min=0.005,
+                          reconnect_max=0.05, logger=capture_logger("absent")[0])
         self.addCleanup(c.close)
         t0 = time.monotonic()
         d = c.allow("api", "k")
         self.assertTrue(d.allowed and d.failed_open and d.cause == "daemon_down", d)
-        self.assertLess(time.monotonic() - t0, 1)
+        # At once, not at the 60 s deadline; 10 s leaves room for a starved process.
+        self.assertLess(time.monotonic() - t0, 10)
         self.d.start()
         poll(lambda: c.up, "the client connects to the new daemon")
         self.assertFalse(c.allow("api", "k").failed_open)
@@ -113,11 +119,12 @@ class SluicedTest(unittest.TestCase):
         self.assertFalse(c.allow("api", "k").failed_open)
         self.d.kill()
         poll(lambda: c.allow("api", "k").failed_open, "calls fail open once the daemon is dead")
-        t0 = time.monotonic()
         for _ in range(20):
+            t0 = time.monotonic()
             d = c.allow("api", "k")
+            # At once, not at the 60 s deadline; 10 s leaves room for a starved process.
+            self.assertLess(time.monotonic() - t0, 10, "calls while down must fail at once")
             self.assertTrue(d.allowed and d.failed_open, d)
-        self.assertLess(time.monotonic() - t0, 2, "calls while down must fail at once")
         failed = c.stats().failed_open
         self.d.start()  # on the same path: the stale socket is replaced
         poll(lambda: c.up, "the client reconnects")
@@ -132,17 +139,21 @@ class SluicedTest(unittest.TestCase):
     def test_stopped_daemon_times_out_within_the_deadline(self):
         c = self.client(timeout=0.1)
         poll(lambda: not c.allow("api", "warm").failed_open, "a decision")
+        # The warm-up may itself time out on a starved machine: count from here.
+        timeouts, logged = c.stats().timeouts, c.fail_opens().get("timeout", 0)
         self.d.stop()
         self.addCleanup(self.d.cont)
-        worst = 0.0
+        took = []
         for _ in range(10):
             t0 = time.monotonic()
             d = c.allow("api", "k")
-            worst = max(worst, time.monotonic() - t0)
+            took.append(time.monotonic() - t0)
             self.assertTrue(d.allowed and d.failed_open and d.cause == "timeout", d)
-        self.assertLess(worst, 1.5, "a 100 ms deadline took %.3fs" % worst)
-        self.assertEqual(c.stats().timeouts, 10)
-        self.assertEqual(c.fail_opens()["timeout"], 10)
+        # The stopped daemon never answers: a call on a longer deadline would
+        # make every call slow; a starved test process makes only a few slow.
+        self.assertLess(statistics.median(took), 1.0, "a 100 ms deadline took %s" % took)
+        self.assertEqual(c.stats().timeouts - timeouts, 10)
+        self.assertEqual(c.fail_opens()["timeout"] - logged, 10)
         self.d.cont()
         poll(lambda: not c.allow("api", "after").failed_open, "decisions resume after SIGCONT")
 
@@ -156,7 +167,7 @@ class SluicedTest(unittest.TestCase):
         self.assertEqual(c.stats().failed_open, 0)
 
     def test_untrusted_real_daemon(self):
-        c = sluice.Client(socket_path=self.d.sock, timeout=5, daemon_uids=[4242],
+        c = sluice.Client(socket_path=self.d.sock, timeout=5, daemon_uids=[4242], dial_timeout=DIAL_PATIENT,
                           logger=capture_logger("untrusted-real")[0])
         self.addCleanup(c.close)
         poll(lambda: c.stats().untrusted >= 1, "the daemon (not uid 4242) is refused")
