@@ -106,6 +106,11 @@ func (m *measure) retire(n *node) { m.retired = append(m.retired, n) }
 
 // probe consumes one token of a fresh probe key at the next node in turn.
 func (s *Sim) probe() {
+	// A probe needs time to reach everyone: none starts in the run's last
+	// probeTail, where it could only be counted as not converged.
+	if s.now > int64(s.cfg.Duration)-int64(probeTail(s.cfg.Duration)) {
+		return
+	}
 	k := len(s.m.probes)
 	from := k % len(s.nodes)
 	n := s.nodes[from]
@@ -122,6 +127,10 @@ func (s *Sim) probe() {
 	s.m.probes = append(s.m.probes, p)
 	s.m.byKey[key] = p
 }
+
+// probeTail is the end of a run in which no probe starts: a second, or a
+// tenth of a shorter run.
+func probeTail(d time.Duration) time.Duration { return min(time.Second, d/10) }
 
 // probeSeen records that node n's ledger reflects probe key.
 func (s *Sim) probeSeen(n *node, key string) {
