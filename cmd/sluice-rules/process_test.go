@@ -20,11 +20,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/pgtest"
+	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/proctest"
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/internal/rulesapi"
 )
@@ -53,82 +53,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a process's stderr, read while it is written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type proc struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan error
-	done   bool
-}
-
-func startProc(t *testing.T, cmd *exec.Cmd) *proc {
-	t.Helper()
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = p.stderr
-	// A test binary that dies (a panic, a go test timeout) takes the
-	// process with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { p.kill() })
-	return p
-}
-
-func (p *proc) kill() {
-	if p.done {
-		return
-	}
-	p.cmd.Process.Kill()
-	<-p.exited
-	p.done = true
-}
-
-// stop sends SIGTERM and waits for the exit, failing after 20 s.
-func (p *proc) stop(t *testing.T) error {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		p.done = true
-		return err
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no exit 20 s after SIGTERM:\n%s", p.stderr.String())
-		return nil
-	}
-}
-
-// eventually polls cond every 5 ms until it holds, failing after 15 s.
+// eventually polls cond until it holds, failing after 15 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(15 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out after 15 s waiting until %s", what)
-		}
-	}
+	proctest.Eventually(t, 15*time.Second, what, cond)
 }
 
 func freeAddr(t *testing.T) string {
@@ -143,7 +71,7 @@ func freeAddr(t *testing.T) string {
 
 // rulesService is a running sluice-rules process.
 type rulesService struct {
-	*proc
+	*proctest.Proc
 	url   string
 	admin *rulesapi.Client
 	state string // XDG_STATE_HOME
@@ -158,10 +86,10 @@ func startRules(t *testing.T, state, listen string, extra ...string) *rulesServi
 	t.Helper()
 	cmd := exec.Command(rulesBin, extra...)
 	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state, "SLUICE_RULES_LISTEN="+listen)
-	p := startProc(t, cmd)
+	p := proctest.Start(t, cmd)
 	var addr string
 	eventually(t, "sluice-rules logs its address", func() bool {
-		m := addrLine.FindStringSubmatch(p.stderr.String())
+		m := addrLine.FindStringSubmatch(p.Output.String())
 		if m != nil {
 			addr = m[1]
 		}
@@ -169,25 +97,20 @@ func startRules(t *testing.T, state, listen string, extra ...string) *rulesServi
 	})
 	tok, err := os.ReadFile(filepath.Join(state, "sluice-rules", "admin-token"))
 	if err != nil {
-		t.Fatalf("admin token file: %v\n%s", err, p.stderr.String())
+		t.Fatalf("admin token file: %v\n%s", err, p.Output.String())
 	}
 	url := "http://" + addr
-	return &rulesService{proc: p, url: url, admin: rulesapi.NewClient(url, strings.TrimSpace(string(tok))), state: state}
+	return &rulesService{Proc: p, url: url, admin: rulesapi.NewClient(url, strings.TrimSpace(string(tok))), state: state}
 }
 
 func tempDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "srp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return proctest.TempDir(t, "srp")
 }
 
 // daemon is a running sluiced polling the rules service.
 type daemon struct {
-	*proc
+	*proctest.Proc
 	admin string
 }
 
@@ -198,7 +121,7 @@ func startDaemon(t *testing.T, rulesURL string, args ...string) *daemon {
 	all := append([]string{"--socket", filepath.Join(dir, "d.sock"), "--rules-url", rulesURL, "--admin-addr", admin}, args...)
 	cmd := exec.Command(sluicedBin, all...)
 	cmd.Env = append(os.Environ(), "SLUICE_ADMIN_ADDR=")
-	d := &daemon{proc: startProc(t, cmd), admin: admin}
+	d := &daemon{Proc: proctest.Start(t, cmd), admin: admin}
 	eventually(t, "the daemon answers /readyz", func() bool { _, err := d.ready(); return err == nil })
 	return d
 }
@@ -349,8 +272,8 @@ func TestProcessDaemonsKeepRulesWhileTheServiceIsDown(t *testing.T) {
 	d := startDaemon(t, svc.url+rulesapi.ServedPath, "--rules-wait", "30s", "--rules-poll-interval", "200ms")
 	eventually(t, "the daemon enforces the rule", func() bool { return d.rulesHash() == want })
 
-	if err := svc.stop(t); err != nil {
-		t.Fatalf("sluice-rules exit after SIGTERM: %v\n%s", err, svc.stderr.String())
+	if err := svc.Stop(t); err != nil {
+		t.Fatalf("sluice-rules exit after SIGTERM: %v\n%s", err, svc.Output.String())
 	}
 	eventually(t, "the daemon reports the service unreachable", func() bool {
 		m, err := d.ready()
@@ -475,8 +398,8 @@ func TestProcessShutdownAnswersHeldLongPolls(t *testing.T) {
 		return false
 	})
 	start := time.Now()
-	if err := svc.stop(t); err != nil {
-		t.Fatalf("exit: %v\n%s", err, svc.stderr.String())
+	if err := svc.Stop(t); err != nil {
+		t.Fatalf("exit: %v\n%s", err, svc.Output.String())
 	}
 	if took := time.Since(start); took > 8*time.Second {
 		t.Errorf("shutdown took %v with a long-poll held", took)
@@ -491,8 +414,8 @@ func TestProcessShutdownAnswersHeldLongPolls(t *testing.T) {
 func TestProcessOnPostgreSQL(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	svc := startRules(t, tempDir(t), "127.0.0.1:0", "--db", dbURL)
-	if !strings.Contains(svc.stderr.String(), "db=postgres") {
-		t.Fatalf("not on postgres:\n%s", svc.stderr.String())
+	if !strings.Contains(svc.Output.String(), "db=postgres") {
+		t.Fatalf("not on postgres:\n%s", svc.Output.String())
 	}
 	pay := teamToken(t, svc, "pay")
 	d := startDaemon(t, svc.url+rulesapi.ServedPath, "--rules-wait", "30s", "--rules-poll-interval", "1h")

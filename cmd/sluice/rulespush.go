@@ -151,16 +151,24 @@ func shownPath(path string) string {
 	return path
 }
 
-func push(c *cli.Context, s *service) (int, error) {
+// teamFileArg reads the command's FILE argument as a team document and
+// resolves the team it is for; path is the file as messages name it.
+func (s *service) teamFileArg(c *cli.Context) (doc, path, team string, err error) {
 	if err := wantArgs(c, "FILE"); err != nil {
-		return exitError, err
+		return "", "", "", err
 	}
-	doc, err := readTeamFile(c, c.Args().Get(0))
-	path := shownPath(c.Args().Get(0))
-	if err != nil {
-		return exitError, err
+	path = shownPath(c.Args().Get(0))
+	if doc, err = readTeamFile(c, c.Args().Get(0)); err != nil {
+		return "", "", "", err
 	}
-	team, err := s.team(c)
+	if team, err = s.team(c); err != nil {
+		return "", "", "", err
+	}
+	return doc, path, team, nil
+}
+
+func push(c *cli.Context, s *service) (int, error) {
+	doc, path, team, err := s.teamFileArg(c)
 	if err != nil {
 		return exitError, err
 	}
@@ -192,15 +200,7 @@ func push(c *cli.Context, s *service) (int, error) {
 }
 
 func diff(c *cli.Context, s *service) (int, error) {
-	if err := wantArgs(c, "FILE"); err != nil {
-		return exitError, err
-	}
-	doc, err := readTeamFile(c, c.Args().Get(0))
-	path := shownPath(c.Args().Get(0))
-	if err != nil {
-		return exitError, err
-	}
-	team, err := s.team(c)
+	doc, path, team, err := s.teamFileArg(c)
 	if err != nil {
 		return exitError, err
 	}

@@ -50,7 +50,14 @@ func skipImage(t *testing.T, why string) {
 	t.Skipf("image not tested: %s (set SLUICE_REQUIRE_IMAGE=1 to make this a failure)", why)
 }
 
-func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
+// buildImage builds the static binary of the package in pkgDir as
+// dist/<bin>-linux-<arch> and, from it, the image of containerfile (in
+// deploy/container), skipping the test (see skipImage) where no image can
+// be built here. The image is removed when the test ends. It returns the
+// builder, the image's tag, and a directory for the test's files that the
+// image's user can enter.
+func buildImage(t *testing.T, pkgDir, bin, containerfile string) (tool, tag, dir string) {
+	t.Helper()
 	build, why := imageBuilder()
 	if build == nil {
 		skipImage(t, why)
@@ -58,8 +65,8 @@ func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		skipImage(t, "not root: the image is built with root's podman storage and its filesystem entered with chroot")
 	}
-	tool := build[0]
-	dir := tempDir(t)
+	tool = build[0]
+	dir = tempDir(t)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -68,22 +75,40 @@ func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(ctx, "dist"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// The binary as scripts/release.sh builds it (static, trimmed); the
-	// script itself, and its reproducibility, are .ci/run's release step.
-	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags=-buildid=", "-o", filepath.Join(ctx, "dist", "sluiced-linux-"+arch), ".")
+	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags=-buildid=", "-o", filepath.Join(ctx, "dist", bin+"-linux-"+arch), ".")
+	gobuild.Dir = pkgDir
 	gobuild.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := gobuild.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
+		t.Fatalf("static build of %s: %v\n%s", bin, err, out)
 	}
-	tag := fmt.Sprintf("localhost/sluiced-imagetest:%d", os.Getpid())
+	tag = fmt.Sprintf("localhost/%s-imagetest:%d", bin, os.Getpid())
 	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(bctx, tool, append(build[1:], "--layers=false", "--build-arg", "TARGETARCH="+arch,
-		"-f", filepath.Join("..", "..", "deploy", "container", "Containerfile.scratch"), "-t", tag, ctx)...)
+		"-f", filepath.Join("..", "..", "deploy", "container", containerfile), "-t", tag, ctx)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		skipImage(t, fmt.Sprintf("%s cannot build here: %v\n%s", tool, err, out))
 	}
 	t.Cleanup(func() { exec.Command(tool, "rmi", "-f", tag).Run() })
+	return tool, tag, dir
+}
+
+// saveImage saves the image tag and unpacks its layers into dir/rootfs;
+// it returns that path and the names at the filesystem's root.
+func saveImage(t *testing.T, tool, tag, dir string) (rootfs string, files []string) {
+	t.Helper()
+	archive := filepath.Join(dir, "image.tar")
+	if out, err := exec.Command(tool, "save", "--format", "docker-archive", "-o", archive, tag).CombinedOutput(); err != nil {
+		t.Fatalf("save: %v\n%s", err, out)
+	}
+	rootfs = filepath.Join(dir, "rootfs")
+	return rootfs, unpackImage(t, archive, filepath.Join(dir, "image"), rootfs)
+}
+
+func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
+	// The binary as scripts/release.sh builds it (static, trimmed); the
+	// script itself, and its reproducibility, are .ci/run's release step.
+	tool, tag, dir := buildImage(t, ".", "sluiced", "Containerfile.scratch")
 
 	// The image's configuration: a numeric non-root user, the binary as entrypoint.
 	out, err := exec.Command(tool, "inspect", "--format", "{{.Config.User}} {{json .Config.Entrypoint}}", tag).CombinedOutput()
@@ -95,12 +120,7 @@ func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
 	}
 
 	// Its filesystem: the layers of `save`, unpacked.
-	archive := filepath.Join(dir, "image.tar")
-	if out, err := exec.Command(tool, "save", "--format", "docker-archive", "-o", archive, tag).CombinedOutput(); err != nil {
-		t.Fatalf("save: %v\n%s", err, out)
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	files := unpackImage(t, archive, filepath.Join(dir, "image"), rootfs)
+	rootfs, files := saveImage(t, tool, tag, dir)
 	if len(files) != 1 || files[0] != "sluiced" {
 		t.Fatalf("the image holds %q; want the binary alone", files)
 	}

@@ -1,19 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestShipRulesImageHoldsOnlyTheBinaryAndServes: the rules service's image
@@ -23,38 +20,7 @@ import (
 // image's environment, it starts with no flags, creates its SQLite
 // database and admin token in /data (a volume, in a pod), and answers.
 func TestShipRulesImageHoldsOnlyTheBinaryAndServes(t *testing.T) {
-	build, why := imageBuilder()
-	if build == nil {
-		skipImage(t, why)
-	}
-	if os.Geteuid() != 0 {
-		skipImage(t, "not root: the image is built with root's podman storage and its filesystem entered with chroot")
-	}
-	tool := build[0]
-	dir := tempDir(t)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	arch := runtime.GOARCH
-	ctx := filepath.Join(dir, "ctx")
-	if err := os.MkdirAll(filepath.Join(ctx, "dist"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags=-buildid=", "-o", filepath.Join(ctx, "dist", "sluice-rules-linux-"+arch), ".")
-	gobuild.Dir = filepath.Join("..", "sluice-rules")
-	gobuild.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := gobuild.CombinedOutput(); err != nil {
-		t.Fatalf("static build of sluice-rules: %v\n%s", err, out)
-	}
-	tag := fmt.Sprintf("localhost/sluice-rules-imagetest:%d", os.Getpid())
-	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(bctx, tool, append(build[1:], "--layers=false", "--build-arg", "TARGETARCH="+arch,
-		"-f", filepath.Join("..", "..", "deploy", "container", "Containerfile.rules-scratch"), "-t", tag, ctx)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		skipImage(t, fmt.Sprintf("%s cannot build here: %v\n%s", tool, err, out))
-	}
-	t.Cleanup(func() { exec.Command(tool, "rmi", "-f", tag).Run() })
+	tool, tag, dir := buildImage(t, filepath.Join("..", "sluice-rules"), "sluice-rules", "Containerfile.rules-scratch")
 
 	out, err := exec.Command(tool, "inspect", "--format", "{{.Config.User}} {{json .Config.Entrypoint}} {{json .Config.Env}}", tag).CombinedOutput()
 	if err != nil {
@@ -70,12 +36,7 @@ func TestShipRulesImageHoldsOnlyTheBinaryAndServes(t *testing.T) {
 		t.Errorf("image config: user %q, entrypoint %q, env %q", user, entry, env)
 	}
 
-	archive := filepath.Join(dir, "image.tar")
-	if out, err := exec.Command(tool, "save", "--format", "docker-archive", "-o", archive, tag).CombinedOutput(); err != nil {
-		t.Fatalf("save: %v\n%s", err, out)
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	files := unpackImage(t, archive, filepath.Join(dir, "image"), rootfs)
+	rootfs, files := saveImage(t, tool, tag, dir)
 	if len(files) != 1 || files[0] != "sluice-rules" {
 		t.Fatalf("the image holds %q; want the binary alone", files)
 	}

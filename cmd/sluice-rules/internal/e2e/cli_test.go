@@ -147,9 +147,7 @@ func TestCLIAgainstTheService(t *testing.T) {
 	}
 
 	// No service there.
-	svc.cmd.Process.Kill()
-	<-svc.exited
-	svc.exited <- nil // for the cleanup
+	svc.Kill()
 	if _, errOut := mustCLI(t, 2, admin, "rules", "status"); !strings.Contains(errOut, "cannot reach the rules service") {
 		t.Errorf("status with the service down:\n%s", errOut)
 	}

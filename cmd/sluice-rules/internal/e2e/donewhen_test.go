@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/pgtest"
+	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/proctest"
 )
 
 // Issue 19's "Done when", step by step against real processes: a new user
@@ -144,10 +145,10 @@ func doneWhen(t *testing.T, svc *rulesService) {
 	}
 
 	// The service goes down: the daemons keep the last good rules.
-	svc.cmd.Process.Kill()
+	svc.Kill()
 	for _, d := range daemons {
-		eventually(t, propagationBound, "daemon "+d.name+" notices the service is gone", func() bool {
-			return strings.Contains(d.output.String(), "rules service unreachable")
+		proctest.Eventually(t, propagationBound, "daemon "+d.name+" notices the service is gone", func() bool {
+			return strings.Contains(d.Output.String(), "rules service unreachable")
 		})
 		d.enforces(t, "payments.api", 5)
 	}

@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/pgtest"
+	"github.com/sluicelabs/sluice/cmd/sluice-rules/internal/proctest"
 )
 
 // bin holds the binaries TestMain builds: sluice-rules, sluiced, sluice.
@@ -50,64 +50,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// proc is a process the test started; it is killed when the test ends.
-type proc struct {
-	cmd    *exec.Cmd
-	output *syncBuffer // stdout and stderr
-	exited chan error
-}
-
-func startProc(t *testing.T, cmd *exec.Cmd) *proc {
-	t.Helper()
-	p := &proc{cmd: cmd, output: &syncBuffer{}, exited: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.output, p.output
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-p.exited
-		if t.Failed() {
-			t.Logf("%s output:\n%s", filepath.Base(cmd.Path), p.output.String())
-		}
-	})
-	return p
-}
-
-// eventually polls cond until it holds, failing after within.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(within)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out after %v waiting until %s", within, what)
-		}
-	}
-}
-
 // freePort returns a loopback port nothing listens on now.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -119,21 +61,9 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// shortTempDir is a temporary directory with a short path (Unix socket
-// paths are limited to about 108 bytes), removed when the test ends.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // rulesService is a running sluice-rules.
 type rulesService struct {
-	*proc
+	*proctest.Proc
 	url        string // http://127.0.0.1:PORT
 	adminToken string
 	stateDir   string
@@ -149,14 +79,14 @@ func (s *rulesService) servedURL() string { return s.url + "/rules.yaml" }
 // the machine), and env may add variables (e.g. SLUICE_RULES_DB).
 func startRulesService(t *testing.T, env ...string) *rulesService {
 	t.Helper()
-	home := shortTempDir(t)
+	home := proctest.TempDir(t, "e2e")
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cmd := exec.Command(bin.rules)
 	cmd.Dir = home
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "XDG_STATE_HOME=" + filepath.Join(home, "state"),
 		"SLUICE_RULES_LISTEN=" + addr}, env...)
-	s := &rulesService{proc: startProc(t, cmd), url: "http://" + addr, stateDir: filepath.Join(home, "state", "sluice-rules")}
-	eventually(t, 60*time.Second, "sluice-rules answers /readyz", func() bool {
+	s := &rulesService{Proc: proctest.Start(t, cmd), url: "http://" + addr, stateDir: filepath.Join(home, "state", "sluice-rules")}
+	proctest.Eventually(t, 60*time.Second, "sluice-rules answers /readyz", func() bool {
 		resp, err := http.Get(s.url + "/readyz")
 		if err != nil {
 			return false
@@ -167,13 +97,13 @@ func startRulesService(t *testing.T, env ...string) *rulesService {
 	tokenFile := filepath.Join(s.stateDir, "admin-token")
 	data, err := os.ReadFile(tokenFile)
 	if err != nil {
-		t.Fatalf("the admin token: %v\n%s", err, s.output.String())
+		t.Fatalf("the admin token: %v\n%s", err, s.Output.String())
 	}
 	if st, err := os.Stat(tokenFile); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("admin token file mode %v (%v), want 0600", st.Mode(), err)
 	}
-	if !strings.Contains(s.output.String(), tokenFile) {
-		t.Errorf("sluice-rules did not say where it wrote the admin token:\n%s", s.output.String())
+	if !strings.Contains(s.Output.String(), tokenFile) {
+		t.Errorf("sluice-rules did not say where it wrote the admin token:\n%s", s.Output.String())
 	}
 	s.adminToken = strings.TrimSpace(string(data))
 	return s
@@ -181,7 +111,7 @@ func startRulesService(t *testing.T, env ...string) *rulesService {
 
 // daemon is a running sluiced taking its rules from the service.
 type daemon struct {
-	*proc
+	*proctest.Proc
 	name   string
 	client *clientlib.Client
 }
@@ -192,7 +122,7 @@ type daemon struct {
 // its own.
 func startDaemons(t *testing.T, prefix string, n int, rulesURL string, interval, wait time.Duration) []*daemon {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := proctest.TempDir(t, "e2e")
 	var ds []*daemon
 	for i := range n {
 		name := fmt.Sprintf("%s%d", prefix, i+1)
@@ -204,9 +134,9 @@ func startDaemons(t *testing.T, prefix string, n int, rulesURL string, interval,
 		}
 		cmd := exec.Command(bin.sluiced, args...)
 		cmd.Env = append(os.Environ(), "SLUICE_ADMIN_ADDR=")
-		d := &daemon{proc: startProc(t, cmd), name: name}
+		d := &daemon{Proc: proctest.Start(t, cmd), name: name}
 		var c *clientlib.Client
-		eventually(t, 30*time.Second, "daemon "+name+" accepts a client", func() bool {
+		proctest.Eventually(t, 30*time.Second, "daemon "+name+" accepts a client", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			var err error
@@ -237,7 +167,7 @@ func waitLimit(t *testing.T, ds []*daemon, rule string, limit int64, start time.
 	t.Helper()
 	took := make([]time.Duration, len(ds))
 	for i, d := range ds {
-		eventually(t, within, fmt.Sprintf("daemon %s decides %s under limit %d", d.name, rule, limit), func() bool {
+		proctest.Eventually(t, within, fmt.Sprintf("daemon %s decides %s under limit %d", d.name, rule, limit), func() bool {
 			if d.limit(t, rule) == limit {
 				if took[i] == 0 {
 					took[i] = time.Since(start)

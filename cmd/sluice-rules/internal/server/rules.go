@@ -12,14 +12,11 @@ import (
 )
 
 func (s *Server) getTeamRules(w http.ResponseWriter, r *http.Request, a actor) error {
-	team, err := teamOf(r, a)
+	t, err := s.pathTeam(r, a)
 	if err != nil {
 		return err
 	}
-	t, err := s.store.Read().Team(r.Context(), team)
-	if err != nil {
-		return err
-	}
+	team := t.Name
 	rules, err := s.store.Read().TeamRules(r.Context(), team)
 	if err != nil {
 		return err
@@ -85,11 +82,7 @@ func (s *Server) putTeamRules(w http.ResponseWriter, r *http.Request, a actor) e
 }
 
 func (s *Server) getRule(w http.ResponseWriter, r *http.Request, a actor) error {
-	team, err := teamOf(r, a)
-	if err != nil {
-		return err
-	}
-	name, err := pathName(r, "rule")
+	team, name, err := ruleOf(r, a)
 	if err != nil {
 		return err
 	}
@@ -100,6 +93,30 @@ func (s *Server) getRule(w http.ResponseWriter, r *http.Request, a actor) error 
 	w.Header().Set("ETag", rulesapi.VersionETag(rule.Version))
 	writeJSON(w, http.StatusOK, rule)
 	return nil
+}
+
+// ruleOf reads the path's team and rule names and checks the actor may
+// touch the team.
+func ruleOf(r *http.Request, a actor) (team, name string, err error) {
+	if team, err = teamOf(r, a); err != nil {
+		return "", "", err
+	}
+	if name, err = pathName(r, "rule"); err != nil {
+		return "", "", err
+	}
+	return team, name, nil
+}
+
+// ruleChangeOf is ruleOf and the change options, for a request that
+// changes one rule.
+func ruleChangeOf(r *http.Request, a actor) (team, name string, opts changeOpts, err error) {
+	if team, name, err = ruleOf(r, a); err != nil {
+		return "", "", changeOpts{}, err
+	}
+	if opts, err = readChangeOpts(r); err != nil {
+		return "", "", changeOpts{}, err
+	}
+	return team, name, opts, nil
 }
 
 // rulePrecondition checks If-Match and If-None-Match against one rule.
@@ -142,15 +159,7 @@ func otherRules(rules map[string]rulesapi.Rule, except string) (map[string]strin
 }
 
 func (s *Server) putRule(w http.ResponseWriter, r *http.Request, a actor) error {
-	team, err := teamOf(r, a)
-	if err != nil {
-		return err
-	}
-	name, err := pathName(r, "rule")
-	if err != nil {
-		return err
-	}
-	opts, err := readChangeOpts(r)
+	team, name, opts, err := ruleChangeOf(r, a)
 	if err != nil {
 		return err
 	}
@@ -189,15 +198,7 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, a actor) error 
 }
 
 func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, a actor) error {
-	team, err := teamOf(r, a)
-	if err != nil {
-		return err
-	}
-	name, err := pathName(r, "rule")
-	if err != nil {
-		return err
-	}
-	opts, err := readChangeOpts(r)
+	team, name, opts, err := ruleChangeOf(r, a)
 	if err != nil {
 		return err
 	}

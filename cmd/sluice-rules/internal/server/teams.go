@@ -51,6 +51,16 @@ func teamOf(r *http.Request, a actor) (string, error) {
 	return team, mayTeam(a, team)
 }
 
+// pathTeam reads the path's team, checks the actor may touch it, and
+// reads it from the store.
+func (s *Server) pathTeam(r *http.Request, a actor) (rulesapi.Team, error) {
+	team, err := teamOf(r, a)
+	if err != nil {
+		return rulesapi.Team{}, err
+	}
+	return s.store.Read().Team(r.Context(), team)
+}
+
 func (s *Server) listTeams(w http.ResponseWriter, r *http.Request, a actor) error {
 	teams, err := s.store.Read().Teams(r.Context())
 	if err != nil {
@@ -100,11 +110,7 @@ func (s *Server) createTeam(w http.ResponseWriter, r *http.Request, a actor) err
 }
 
 func (s *Server) getTeam(w http.ResponseWriter, r *http.Request, a actor) error {
-	team, err := teamOf(r, a)
-	if err != nil {
-		return err
-	}
-	t, err := s.store.Read().Team(r.Context(), team)
+	t, err := s.pathTeam(r, a)
 	if err != nil {
 		return err
 	}
