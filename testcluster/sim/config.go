@@ -31,6 +31,11 @@ type Config struct {
 	GossipNodes      int           // default 4
 	PushPullInterval time.Duration // default 10 s (memberlist stretches it above 32 members)
 	GossipMode       string        // auto (default), direct, relay or owner
+	// FirstShare holds each node's new buckets to burst/Nodes for one
+	// propagation delay and keeps the fair floor, as sluiced does
+	// (bucket.Store.SetFirstShare); off by default, as in testcluster's
+	// in-process clusters.
+	FirstShare bool
 
 	// Network.
 	Latency   time.Duration // one-way latency's fixed part. Default 100 µs.

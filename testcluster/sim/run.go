@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -98,6 +99,9 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	n := &node{i: i, gen: gen, name: nameOf(i, gen), alive: true}
 	n.store = bucket.NewStore(bucket.StoreConfig{MaxKeys: max(4096, 4*len(s.keys)), Shards: 1, TrackConsumption: true,
 		EpochBase: uint64(s.clock().UnixNano())})
+	if s.cfg.FirstShare {
+		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
+	}
 	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 1}
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
 		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
@@ -312,4 +316,16 @@ func (s *Sim) ringCache() *gossip.RingCache {
 		s.rings = gossip.NewRingCache()
 	}
 	return s.rings
+}
+
+// firstShareHold is sluiced's first-contact hold for the simulated cluster
+// (daemon/firstshare.go): two gossip intervals and 30 ms, plus a round per
+// relay hop above the fan-out limit.
+func firstShareHold(c Config) time.Duration {
+	rounds := 2
+	if c.Nodes > c.FanoutLimit && c.GossipMode != "direct" {
+		g := max(c.GossipNodes, 2)
+		rounds += int(math.Ceil(math.Log(float64(c.Nodes)) / math.Log(float64(g))))
+	}
+	return time.Duration(rounds)*c.GossipInterval + 30*time.Millisecond
 }

@@ -126,3 +126,26 @@ func TestBalancesSettleToTheLimitsArithmetic(t *testing.T) {
 		})
 	}
 }
+
+// With sluiced's first-contact hold and fair floor (FirstShare), the
+// simulated cluster still holds the limit and shares it evenly under even
+// demand; without them (a seed that shows it) one node takes most windows.
+func TestFirstShareKeepsSharesEven(t *testing.T) {
+	run := func(firstShare bool) *Report {
+		s, err := New(Config{Nodes: 10, Duration: 5 * time.Second, Seed: 1, FirstShare: firstShare})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Run()
+	}
+	with, without := run(true), run(false)
+	if with.Accuracy < 0.95 || with.Accuracy > 1.10 {
+		t.Errorf("with the first share: admitted %d of %.0f allowed (%.1f%%)", with.Admitted, with.Allowed, 100*with.Accuracy)
+	}
+	if with.Fairness.Within25 < 0.9 {
+		t.Errorf("with the first share: %.0f%% of 2 s shares within ±25%% of 1/N, want at least 90%%", 100*with.Fairness.Within25)
+	}
+	if without.Fairness.Within25 >= with.Fairness.Within25 {
+		t.Errorf("the floor made no difference: %.0f%% without, %.0f%% with", 100*without.Fairness.Within25, 100*with.Fairness.Within25)
+	}
+}
