@@ -926,17 +926,10 @@ func netnsWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 func (n *netnsNode) alive(t *testing.T) int {
 	t.Helper()
 	code, body := n.get("/v1/members")
-	var m adminapi.MembersView
-	if code != 200 || json.Unmarshal([]byte(body), &m) != nil {
+	if code != 200 {
 		return -1
 	}
-	alive := 0
-	for _, mv := range m.Members {
-		if mv.State == "alive" {
-			alive++
-		}
-	}
-	return alive
+	return aliveIn([]byte(body))
 }
 
 // netnsDropFrom makes h's namespace drop every packet from the given

@@ -101,8 +101,14 @@ func (sn *shareNode) alive() int {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return aliveIn(b)
+}
+
+// aliveIn counts the alive members in an admin /v1/members answer, -1 if
+// it is not one.
+func aliveIn(body []byte) int {
 	var m adminapi.MembersView
-	if json.Unmarshal(b, &m) != nil {
+	if json.Unmarshal(body, &m) != nil {
 		return -1
 	}
 	alive := 0

@@ -52,11 +52,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, a actor) error 
 }
 
 func (s *Server) rollback(w http.ResponseWriter, r *http.Request, a actor) error {
-	team, err := teamOf(r, a)
-	if err != nil {
-		return err
-	}
-	opts, err := readChangeOpts(r)
+	team, opts, err := teamChangeOf(r, a)
 	if err != nil {
 		return err
 	}

@@ -48,11 +48,7 @@ func stale(current, what string) error {
 }
 
 func (s *Server) putTeamRules(w http.ResponseWriter, r *http.Request, a actor) error {
-	team, err := teamOf(r, a)
-	if err != nil {
-		return err
-	}
-	opts, err := readChangeOpts(r)
+	team, opts, err := teamChangeOf(r, a)
 	if err != nil {
 		return err
 	}
@@ -117,6 +113,18 @@ func ruleChangeOf(r *http.Request, a actor) (team, name string, opts changeOpts,
 		return "", "", changeOpts{}, err
 	}
 	return team, name, opts, nil
+}
+
+// teamChangeOf reads the path's team, checks the actor may change it, and
+// reads the change's options.
+func teamChangeOf(r *http.Request, a actor) (team string, opts changeOpts, err error) {
+	if team, err = teamOf(r, a); err != nil {
+		return "", changeOpts{}, err
+	}
+	if opts, err = readChangeOpts(r); err != nil {
+		return "", changeOpts{}, err
+	}
+	return team, opts, nil
 }
 
 // rulePrecondition checks If-Match and If-None-Match against one rule.
