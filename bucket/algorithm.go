@@ -133,7 +133,7 @@ var (
 // only full, whatever the algorithm.
 type state struct {
 	full      int64     // unix nanoseconds: from then on the state equals a fresh one
-	cur, prev uint32    // fixed window: cur; sliding window: current and previous window
+	cur, prev uint32    // fixed window: cur; sliding window: current and previous window; the buckets: a tracked key's share clock (shareclock.go)
 	log       *logState // sliding log's requests; nil until the first is logged
 }
 

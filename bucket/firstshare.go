@@ -38,15 +38,17 @@ func (s *Store) SetFirstShare(members int, hold time.Duration) {
 	s.firstHold.Store(int64(hold))
 }
 
-// heldBack reports whether a take of cost on the tracked bucket t under lim
-// at now goes beyond its share during its hold, and if so how long until
-// the share covers it. It ends the hold (t.born = 0) once it is over. The
-// caller holds the shard's lock.
-func (s *Store) heldBack(t *tracking, lim Limit, cost int64, now time.Time) (bool, time.Duration) {
+// heldBack reports whether a take of cost on the tracked bucket st, whose
+// tracking is t, under lim at now goes beyond its share during its hold, and
+// if so how long until the share covers it. It ends the hold (see
+// shareclock.go) once it is over. The caller holds the shard's lock and has
+// checked that st is a bucket held to its first share.
+func (s *Store) heldBack(st *state, t *tracking, lim Limit, cost int64, now time.Time) (bool, time.Duration) {
 	hold, members := s.firstHold.Load(), s.firstMembers.Load()
-	age := now.UnixNano() - t.born
-	if hold <= 0 || members <= 1 || age >= hold || age < 0 || lim.algo.Windowed() {
-		t.born = 0
+	born, _ := st.heldSince()
+	age := now.UnixNano() - born
+	if hold <= 0 || members <= 1 || age >= hold || age < 0 {
+		st.setShareClock(0) // the hold is over; the fair floor starts at the next use
 		return false, 0
 	}
 	share := math.Ceil(float64(lim.burst)/float64(members)) + float64(age)/float64(lim.nanosPerToken)

@@ -33,6 +33,10 @@ func TestNewBucketsAreHeldToTheirFirstShare(t *testing.T) {
 		{name: "a peer's charge made it: held too", members: 10, charge: 5, takes: []take{{n: 15, admit: 10}}},
 		{name: "learnt from a peer's balance: not held", members: 10, adopt: true, takes: []take{{n: 120, admit: 99}}},
 		{name: "windowed: not held", members: 10, algo: AlgoFixedWindow, takes: []take{{n: 120, admit: 100}}},
+		{name: "sliding window: not held, its counts intact", members: 10, algo: AlgoSlidingWindow, takes: []take{
+			{n: 120, admit: 100}, {at: 500 * time.Millisecond, n: 10, admit: 0}}},
+		{name: "GCRA: held", members: 10, algo: AlgoGCRA, takes: []take{{n: 15, admit: 10}}},
+		{name: "leaky bucket: held", members: 10, algo: AlgoLeakyBucket, takes: []take{{n: 15, admit: 10}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,16 +43,19 @@ const floorSlack = 4
 // that down. (Down to the rate for one propagation delay was tried: a
 // first contact's debt was then repaid at 5% of the rate, 110% of the
 // limit over 5 s at 10 nodes and 200 ms.) The caller holds the shard's lock.
-func (s *Store) floorAdmits(t *tracking, lim Limit, balance float64, now time.Time) bool {
+func (s *Store) floorAdmits(st *state, lim Limit, balance float64, now time.Time) bool {
 	members := s.firstMembers.Load()
 	if members <= 1 || lim.algo.Windowed() {
 		return false
 	}
-	if t.floor == 0 { // the floor starts at this node's first use: no credit for the time before
-		t.floor = now.UnixNano() + int64(floorPer(lim, members))
+	floor := st.shareClock()
+	switch {
+	case floor < 0: // held to its first share: no floor yet
 		return false
-	}
-	if t.floor > now.UnixNano() {
+	case floor == 0: // the floor starts at this node's first use: no credit for the time before
+		st.setShareClock(now.UnixNano() + int64(floorPer(lim, members)))
+		return false
+	case floor > now.UnixNano():
 		return false
 	}
 	return balance > -float64(s.firstMembers.Load())-1
@@ -71,16 +74,17 @@ func floorPer(lim Limit, members int64) float64 {
 // seconds, not only in the long run). The long-run total does not depend
 // on it: floors admit only while the balance is near zero. The caller
 // holds the shard's lock.
-func (s *Store) advanceFloor(t *tracking, lim Limit, cost int64, now time.Time) {
+func (s *Store) advanceFloor(st *state, lim Limit, cost int64, now time.Time) {
 	members := s.firstMembers.Load()
-	if members <= 1 || lim.algo.Windowed() {
-		return
+	floor := st.shareClock()
+	if members <= 1 || lim.algo.Windowed() || floor < 0 {
+		return // no floor: alone, windowed, or held to its first share
 	}
 	per := floorPer(lim, members)
 	n := now.UnixNano()
 	from := n - int64(floorSlack*per)
-	if t.floor == 0 {
+	if floor == 0 {
 		from = n // the floor starts at this node's first use
 	}
-	t.floor = min(max(t.floor, from)+int64(float64(cost)*per), n+int64(per))
+	st.setShareClock(min(max(floor, from)+int64(float64(cost)*per), n+int64(per)))
 }

@@ -205,8 +205,8 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	sh.mu.Lock()
 	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
 	st := sl.stateFor(lim)
-	if s.track && sl.tracked().born != 0 {
-		if held, wait := s.heldBack(sl.tracked(), lim, cost, now); held {
+	if _, held := st.heldSince(); held && s.track && !lim.algo.Windowed() {
+		if held, wait := s.heldBack(st, sl.tracked(), lim, cost, now); held {
 			r, _ = st.decide(lim, cost, 0, false, now)
 			r.Allowed, r.RetryAfter = false, max(r.RetryAfter, wait)
 			sh.mu.Unlock()
@@ -224,13 +224,12 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
 	if s.track {
-		t := sl.tracked()
-		if !r.Allowed && l.maxWait == 0 && s.floorAdmits(t, lim, st.balance(lim, now), now) {
+		if !r.Allowed && l.maxWait == 0 && s.floorAdmits(st, lim, st.balance(lim, now), now) {
 			st.charge(lim, cost, 0, now) // below its fair floor: admitted, charged all the same
 			r = Result{Allowed: true, Limit: r.Limit, ResetAfter: r.ResetAfter}
 		}
 		if r.Allowed {
-			s.advanceFloor(t, lim, cost, now)
+			s.advanceFloor(st, lim, cost, now)
 			sh.record(sl, cost, st.window(lim, now))
 		}
 	}
@@ -408,10 +407,11 @@ func (s *Store) Adopt(ns Namespace, key []byte, lim Limit, window uint64, balanc
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
-	if s.track {
-		sl.tracked().born = 0 // a peer's view of the key: no first-share hold (see firstshare.go)
+	st := sl.stateFor(lim)
+	if _, held := st.heldSince(); held && s.track && !lim.algo.Windowed() {
+		st.setShareClock(0) // a peer's view of the key: no first-share hold (see firstshare.go)
 	}
-	changed := sl.stateFor(lim).adopt(lim, window, balance, now)
+	changed := st.adopt(lim, window, balance, now)
 	s.attachLog(sl)
 	return changed
 }

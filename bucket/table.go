@@ -152,13 +152,11 @@ type tracking struct {
 	window uint64 // the window used counts in (windowed algorithms; 0 for the buckets)
 	used   uint64 // tokens admitted here (not charged by peers) in this epoch and window
 	sent   uint64 // used, as of the last drain; used != sent means it is on the dirty list
-	// born is when the bucket was created (Unix nanoseconds), while it is
-	// held to its first share (see firstshare.go); 0 once it is not.
-	born int64
-	// floor is when this daemon's own admissions of the key have caught up
-	// with its fair floor (Unix nanoseconds, see floor.go).
-	floor int64
 }
+
+// A tracking is 32 bytes: a first-share hold and a fair floor live in the
+// slot (see shareclock.go). This fails to compile otherwise.
+const _ = uint(32 - unsafe.Sizeof(tracking{}))
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local
 // consumption changed since the last drain. It holds the key's block, so a
@@ -256,10 +254,9 @@ func (sh *shard) getOrInsert(s *Store, h uint64, ns Namespace, key []byte, algo 
 	*sl = slot{w: tagOf(h) | uint32(algo), ns: ns}
 	sl.setKey(key, s.track)
 	if s.track {
-		t := sl.tracked()
-		t.epoch = s.epochs.Add(1)
-		if s.firstHold.Load() > 0 {
-			t.born = now.UnixNano()
+		sl.tracked().epoch = s.epochs.Add(1)
+		if s.firstHold.Load() > 0 && !algo.Windowed() && now.UnixNano() > 0 {
+			sl.st.setShareClock(-now.UnixNano()) // held to its first share (see firstshare.go)
 		}
 	}
 	sh.n++
