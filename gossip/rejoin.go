@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +35,14 @@ func (s *Syncer) rejoin() {
 	if s.leaving.Load() || ml == nil {
 		return
 	}
-	known := map[string]bool{}
-	for _, m := range ml.Members() {
-		known[net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))] = true
+	// The members as the syncer copied them under memberlist's lock:
+	// memberlist's own Members() hands out nodes it goes on writing to.
+	known := map[string]bool{s.Addr(): true}
+	s.mu.Lock()
+	for _, n := range s.peers {
+		known[n.Address()] = true
 	}
+	s.mu.Unlock()
 	_, defPort, err := net.SplitHostPort(s.Addr()) // peers listen where this node does, unless told
 	if err != nil {
 		return

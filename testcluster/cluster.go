@@ -253,7 +253,7 @@ func (n *Node) start(join []string) error {
 	if err := d.Start(context.Background()); err != nil {
 		return fmt.Errorf("testcluster: run %s: %w", n.Name, err)
 	}
-	client, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: s.SocketPath, Timeout: 5 * time.Second, Name: n.Name})
+	client, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: s.SocketPath, Timeout: 5 * time.Second, DialTimeout: 15 * time.Second, Name: n.Name}) // a loaded machine may take seconds to answer the first handshake
 	if err != nil {
 		d.Shutdown(context.Background())
 		return fmt.Errorf("testcluster: connect to %s: %w", n.Name, err)

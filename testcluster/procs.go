@@ -143,7 +143,7 @@ var errExited = errors.New("exited before serving (its port taken?)")
 func dialNode(sock string, done <-chan struct{}) (*clientlib.Client, error) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 2 * time.Second})
+		c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: sock, Timeout: 2 * time.Second, DialTimeout: 15 * time.Second})
 		if err == nil {
 			return c, nil
 		}
