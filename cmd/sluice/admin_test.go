@@ -447,7 +447,13 @@ func TestAdminErrors(t *testing.T) {
 		for _, cmd := range commands {
 			t.Run(tt.name+"/"+cmd[0], func(t *testing.T) {
 				start := time.Now()
-				code, out, errOut := sluice(t, append([]string{cmd[0], "--admin", tt.admin, "--timeout", "50ms"}, cmd[1:]...)...)
+				// 50 ms for the server that never answers; the others are
+				// given time to answer on a loaded machine.
+				timeout := "10s"
+				if tt.admin == hang.URL {
+					timeout = "50ms"
+				}
+				code, out, errOut := sluice(t, append([]string{cmd[0], "--admin", tt.admin, "--timeout", timeout}, cmd[1:]...)...)
 				if code != exitError || out != "" || !strings.HasPrefix(errOut, "sluice "+cmd[0]+": ") || !strings.Contains(errOut, tt.contains) {
 					t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, tt.contains)
 				}

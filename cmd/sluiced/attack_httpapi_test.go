@@ -39,6 +39,26 @@ type httpAPINode struct {
 // the API answers.
 func startHTTPAPINode(t *testing.T, rules, routes string, args ...string) *httpAPINode {
 	t.Helper()
+	// The HTTP port is picked free, then bound by the daemon: another test
+	// run on the machine may take it in between (seen with two suites side
+	// by side, and that run's daemon answered this one's probe). So the
+	// node counts as up only once it says it serves (every address bound),
+	// and a bind lost to another process is retried on a new port.
+	for attempt := 1; ; attempt++ {
+		n, up := tryHTTPAPINode(t, rules, routes, args...)
+		if up {
+			return n
+		}
+		if attempt == 3 || !strings.Contains(n.p.stderr.String(), "address already in use") {
+			t.Fatalf("sluiced exited:\n%s", n.p.stderr.String())
+		}
+	}
+}
+
+// tryHTTPAPINode starts a node on a free port and reports whether it came
+// up (false: it exited).
+func tryHTTPAPINode(t *testing.T, rules, routes string, args ...string) (*httpAPINode, bool) {
+	t.Helper()
 	dir := tempDir(t)
 	n := &httpAPINode{sock: filepath.Join(dir, "h.sock"), addr: "127.0.0.1:" + freePort(t)}
 	rulesPath := filepath.Join(dir, "rules.yaml")
@@ -54,17 +74,22 @@ func startHTTPAPINode(t *testing.T, rules, routes string, args ...string) *httpA
 		all = append(all, "--http-routes", routesPath)
 	}
 	n.p = startDaemon(t, append(all, args...)...)
+	exited := false
 	eventually(t, "the decision API answers", func() bool {
 		select {
 		case err := <-n.p.exited:
 			n.p.exited <- err
-			t.Fatalf("sluiced exited: %v\n%s", err, n.p.stderr.String())
+			exited = true
+			return true
 		default:
+		}
+		if !strings.Contains(n.p.stderr.String(), "sluiced serving") { // logged once all of its addresses are bound
+			return false
 		}
 		code, _ := n.check(t, `{"checks":[{"rule":"probe","key":"probe"}]}`)
 		return code == http.StatusOK
 	})
-	return n
+	return n, !exited
 }
 
 // httpAPIClient has a short timeout: every answer is expected in time.
