@@ -113,7 +113,7 @@ func adminJSON(t *testing.T, admin, path string, v any) {
 func (n *adminNode) spend(rule, key string, count int) int {
 	admitted := 0
 	for range count {
-		if d := n.c.Allow(context.Background(), rule, key); d.Allowed && !d.FailedOpen {
+		if allowFresh(n.c, rule, key) {
 			admitted++
 		}
 	}

@@ -660,7 +660,7 @@ func netnsStreamsRefused(t *testing.T, n *netnsNode) float64 {
 func netnsSpend(n *netnsNode, rule, key string, count int) int {
 	admitted := 0
 	for range count {
-		if d := n.c.Allow(context.Background(), rule, key); d.Allowed && !d.FailedOpen {
+		if allowFresh(n.c, rule, key) {
 			admitted++
 		}
 	}
