@@ -162,10 +162,22 @@ func assertGossips(t *testing.T, what string, nodes []*netnsNode) {
 			t.Fatalf("%s: %s refused a fresh key", what, n.name)
 		}
 		for _, m := range nodes {
-			netnsWithin(t, dnsHeal, fmt.Sprintf("%s: %s hears of %s's spend", what, m.name, n.name), func() bool {
+			heard := func() bool {
 				b, _ := m.key(t, "slow", key)
 				return b < 100-float64(i+1)+0.1 // this spend and the ones before
-			})
+			}
+			deadline := time.Now().Add(dnsHeal)
+			for !heard() && time.Now().Before(deadline) {
+				<-time.After(20 * time.Millisecond) // a poll, bounded by the deadline
+			}
+			if !heard() { // seen once under load: say what each node holds
+				for _, o := range nodes {
+					_, kv := o.get("/v1/keys/slow/" + key)
+					_, mv := o.get("/v1/members")
+					t.Logf("%s: key %s\nmembers %s\nlog:\n%s", o.name, kv, mv, tail(o.p.stderr.String(), 2000))
+				}
+				t.Fatalf("%s: %s did not hear of %s's spend within %s", what, m.name, n.name, dnsHeal)
+			}
 		}
 	}
 }
