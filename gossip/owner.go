@@ -146,6 +146,8 @@ type ownerSub struct {
 	contrib   uint64 // counted into the total from this contributor
 	epoch, hi uint64 // its counter's epoch and the highest Used counted
 	sent      uint64 // others, as last told to it
+	first     uint64 // the prev its first answers carry (ownerfirst.go)
+	early     uint8  // answers sent so far, up to ownerFirstAnswers
 	needAck   bool
 	heard     time.Duration // its last counter, since born
 	answered  time.Duration // its last answer, since born
@@ -442,7 +444,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
 				writers[name] = w
 			}
-			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.sent,
+			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.answerPrev(),
 				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi})
 			sub.sent, sub.needAck = others, false
 		}
@@ -520,6 +522,7 @@ func (s *Syncer) subFor(o *ownedKey, origin string, c Counter) *ownerSub {
 		}
 		s.owner.lastGen++
 		sub = &ownerSub{serial: s.owner.lastGen, epoch: c.Epoch, hi: c.Prev, sent: s.newcomerPrevLocked(o, c)}
+		sub.first = sub.sent
 		o.subs[origin] = sub
 		s.owner.subs++
 	}

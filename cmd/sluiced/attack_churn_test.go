@@ -68,6 +68,7 @@ type churnCluster struct {
 // members alive.
 func startChurnCluster(t *testing.T, n int, mode string, interval time.Duration) *churnCluster {
 	t.Helper()
+	useShareBinary(t)
 	c := &churnCluster{t: t, dir: tempDir(t), mode: mode, interval: interval, slots: make([]atomic.Pointer[churnNode], n)}
 	c.rules = filepath.Join(c.dir, "rules.yaml")
 	if err := os.WriteFile(c.rules, []byte(churnRules), 0o600); err != nil {

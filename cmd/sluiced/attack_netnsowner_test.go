@@ -1,0 +1,196 @@
+package main
+
+import (
+	"fmt"
+	"context"
+	"math"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicelabs/sluice/gossip"
+)
+
+// Issue 20's goal 4 for owner mode, with real processes in network
+// namespaces (as TestNetnsLossFirstCountersArrive for direct fan-out): five
+// keyed members started with --gossip-mode owner, a share of every packet
+// into each member's eth0 dropped by iptables (statistic match: this
+// kernel has no netem), and the key's owner killed -9 mid-run. Counters
+// are repeated until the owner acknowledges them and answers are
+// cumulative; a node whose counters go unanswered sends them to the key's
+// replica. The cluster holds burst + rate × T within 5%.
+
+// netnsOwnerNodes is the owner-mode namespace cluster's size.
+const netnsOwnerNodes = 5
+
+// startNetnsOwnerCluster starts n keyed members in namespaces of their own,
+// in owner mode, and waits until every one sees all n alive.
+func startNetnsOwnerCluster(t *testing.T, n int) *netnsCluster {
+	t.Helper()
+	lab := netnsLab(t)
+	c := &netnsCluster{dir: tempDir(t)}
+	c.security = []string{"--gossip-key-file", secureKeyFile(t, c.dir, secureKey), "--gossip-mode", gossip.ModeOwner}
+	for i := range n {
+		join := ""
+		if i > 0 {
+			join = c.nodes[0].gossip
+		}
+		c.nodes = append(c.nodes, netnsStartNode(t, lab.Add(), c.dir, fmt.Sprintf("n%d", i+1), c.security, join))
+	}
+	for _, nd := range c.nodes {
+		netnsWithin(t, 30*time.Second, fmt.Sprintf("%s sees %d members alive", nd.name, n), func() bool { return nd.alive(t) == n })
+	}
+	return c
+}
+
+// netnsLose makes each node's namespace drop share of the packets into its
+// eth0.
+func netnsLose(t *testing.T, c *netnsCluster, share float64) {
+	t.Helper()
+	for _, nd := range c.nodes {
+		if _, err := nd.host.Exec("iptables", "-A", "INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random",
+			"--probability", fmt.Sprint(share), "-j", "DROP"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNetnsOwnerModeUnderLossAndOwnerKilled(t *testing.T) {
+	tests := []struct {
+		name string
+		loss float64
+		kill bool // the key's owner is killed -9 a third of the way in
+	}{
+		{"10% loss", 0.10, false},
+		{"30% loss", 0.30, false},
+		{"owner killed, 10% loss", 0.10, true},
+		{"owner killed, 30% loss", 0.30, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			useShareBinary(t)
+			c := startNetnsOwnerCluster(t, netnsOwnerNodes)
+			netnsRequireIptables(t)
+			if tt.loss > 0 {
+				netnsLose(t, c, tt.loss)
+			}
+			const key, secs = "owner-lossy-key", 9
+			var names []string
+			for _, nd := range c.nodes {
+				names = append(names, nd.name)
+			}
+			owner, replica := gossip.RingOwners(names, "api", key)
+			var victim *netnsNode
+			for _, nd := range c.nodes {
+				if nd.name == owner {
+					victim = nd
+				}
+			}
+			var wg sync.WaitGroup
+			if tt.kill {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					at := time.NewTimer(secs * time.Second / 3) // the scenario's timing, not waiting for an outcome
+					defer at.Stop()
+					<-at.C
+					victim.p.cmd.Process.Kill()
+				}()
+			}
+			start := time.Now()
+			burst := netnsBurst(c, "api", key, 160) // first contact: every member at once
+			perNode := make([]int, len(c.nodes))
+			for i := range perNode {
+				perNode[i] = 100 // five times the limit
+			}
+			perSec, offered := netnsDriveSeconds(c, "api", key, perNode, secs*time.Second)
+			got := burst
+			for _, v := range perSec {
+				got += v
+			}
+			wg.Wait()
+			offered += 160 * len(c.nodes)
+			elapsed := time.Since(start).Seconds()
+			want := min(100+100*elapsed, float64(offered))
+			killed := ""
+			if tt.kill {
+				killed = fmt.Sprintf("; owner %s killed -9 at %ds (replica %s)", owner, secs/3, replica)
+			}
+			t.Logf("%d members, owner mode, %.0f%% loss%s: admitted %d over %.2fs, burst + rate × T = %.0f (%.1f%%), offered %d; first contact %d, then per second %v",
+				len(c.nodes), 100*tt.loss, killed, got, elapsed, want, 100*float64(got)/want, offered, burst, perSec)
+			var bytes, packets float64
+			live := 0
+			for _, nd := range c.nodes {
+				if nd == victim && tt.kill {
+					continue
+				}
+				live++
+				bytes += nd.metric(t, "sluice_gossip_bytes_sent_total")
+				packets += nd.metric(t, "sluice_gossip_packets_sent_total")
+				if tt.loss > 0 && netnsDropped(t, nd.host) == 0 {
+					t.Errorf("%s's iptables dropped nothing: the loss was not applied", nd.name)
+				}
+				for _, member := range c.nodes {
+					if v := nd.metric(t, `sluice_gossip_suspicious_reports_total{origin="`+member.name+`"}`); v != 0 {
+						t.Errorf("%s clamped %v honest reports from %s", nd.name, v, member.name)
+					}
+				}
+			}
+			t.Logf("gossip sent per live member: %.0f bytes/s, %.0f packets/s (over the run and the cluster's forming)",
+				bytes/float64(live)/elapsed, packets/float64(live)/elapsed)
+			if math.Abs(float64(got)-want) > 0.05*want {
+				t.Errorf("admitted %d, want %.0f ± 5%%", got, want)
+			}
+		})
+	}
+}
+
+// netnsDriveSeconds is netnsDrive, counting admissions per second of the
+// run.
+func netnsDriveSeconds(c *netnsCluster, rule, key string, perNode []int, d time.Duration) (perSec []int, offered int) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	secs := int((d + time.Second - 1) / time.Second)
+	perSec = make([]int, secs)
+	start := time.Now()
+	for i, rate := range perNode {
+		if rate == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(time.Second / time.Duration(rate))
+			defer tick.Stop()
+			for sent := 0; sent < rate*(secs+1); sent++ {
+				<-tick.C
+				at := time.Since(start)
+				if at >= d {
+					return
+				}
+				dec := c.nodes[i].c.Allow(context.Background(), rule, key)
+				mu.Lock()
+				offered++
+				if dec.Allowed && !dec.FailedOpen {
+					perSec[int(at/time.Second)]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return perSec, offered
+}
+
+// useShareBinary runs the sluiced SLUICE_SHARE_BINARY names, if set,
+// instead of the one TestMain built, for the rest of the test (to run an
+// older build in the same scenario, as TestNetnsLossFirstCountersArrive
+// does).
+func useShareBinary(t *testing.T) {
+	if b := os.Getenv("SLUICE_SHARE_BINARY"); b != "" {
+		saved := binary
+		binary = b
+		t.Cleanup(func() { binary = saved })
+	}
+}
