@@ -318,14 +318,17 @@ func TestProcsChurnKeepsTheLimit(t *testing.T) {
 			t.Logf("%s, %d nodes, %d replaced in %.0f s (%.0f%% of the cluster a minute): %v", mode, n, replaced, run.Seconds(),
 				100*float64(replaced)/float64(n)*60/run.Seconds(), kinds)
 			t.Logf("offered %d calls over %.1f s", r.offered, elapsed)
+			got := make([]int, len(keys))
 			for k, key := range keys {
-				got := 0
 				for _, v := range r.admitted[k] {
-					got += v
+					got[k] += v
 				}
-				t.Logf("%s: admitted %d, burst + rate × T = %.0f (%.1f%%); per second %v", key, got, want, 100*float64(got)/want, r.admitted[k])
-				if math.Abs(float64(got)-want) > 0.05*want {
-					t.Errorf("%s: admitted %d, want %.0f ± 5%%", key, got, want)
+				t.Logf("%s: admitted %d, burst + rate × T = %.0f (%.1f%%); per second %v", key, got[k], want, 100*float64(got[k])/want, r.admitted[k])
+			}
+			skipIfStarved(t, r.offered, 200*len(keys)*int(run/time.Second))
+			for k, key := range keys {
+				if math.Abs(float64(got[k])-want) > 0.05*want {
+					t.Errorf("%s: admitted %d, want %.0f ± 5%%", key, got[k], want)
 				}
 			}
 		})
@@ -530,15 +533,15 @@ func roundAll(ds []time.Duration) []time.Duration {
 // until 10 s), a token taken on any node shows on every other within about
 // two gossip intervals (one to the owner, one for its answer) plus the
 // round trips and the time a loaded machine takes to run the processes.
-// The p99 over 40 probes is asserted within 6 intervals; the figures are
-// logged. 10 nodes (SLUICE_CHURN_NODES for more), 50 ms interval (each
+// The p99 over 100 probes is asserted within 8 intervals (a loaded
+// machine's margin); the figures are logged. 10 nodes (SLUICE_CHURN_NODES for more), 50 ms interval (each
 // node's balance is read from its admin endpoint every 2 ms, 4% of an
 // interval).
 func TestProcsOwnerModeConverges(t *testing.T) {
 	const iv = 50 * time.Millisecond
 	n := churnNodes(t)
 	c := startChurnCluster(t, n, gossip.ModeOwner, iv)
-	const probes, perKey = 40, 5
+	const probes, perKey = 100, 5
 	var lags []float64
 	var since time.Time
 	for p := range probes {
@@ -575,10 +578,10 @@ func TestProcsOwnerModeConverges(t *testing.T) {
 		lags = append(lags, float64(slices.Max(lag))/float64(iv))
 	}
 	slices.Sort(lags)
-	p50, p99 := lags[len(lags)/2], lags[len(lags)*99/100]
-	t.Logf("%d processes, owner mode, convergence in gossip intervals of %s over %d probes (each the last of %d nodes to show it): p50 %.2f, p99 %.2f, max %.2f; the last key's probes ran %s after every node used it",
-		n, iv, probes, n-1, p50, p99, lags[len(lags)-1], time.Since(since).Round(time.Millisecond))
-	if p99 > 6 {
-		t.Errorf("p99 convergence %.2f intervals; want about 2 (asserted ≤ 6)", p99)
+	p50, p99 := lags[len(lags)/2], lags[(len(lags)*99+99)/100-1] // nearest rank
+	t.Logf("%d processes, owner mode, convergence in gossip intervals of %s over %d probes (each the last of %d nodes to show it): p50 %.2f, p99 %.2f, max %.2f (the five slowest %.2f); the last key's probes ran %s after every node used it",
+		n, iv, probes, n-1, p50, p99, lags[len(lags)-1], lags[len(lags)-5:], time.Since(since).Round(time.Millisecond))
+	if p99 > 8 {
+		t.Errorf("p99 convergence %.2f intervals; want about 2 (asserted ≤ 8)", p99)
 	}
 }

@@ -139,6 +139,7 @@ func TestNetnsOwnerModeUnderLossAndOwnerKilled(t *testing.T) {
 			}
 			t.Logf("gossip sent per live member: %.0f bytes/s, %.0f packets/s (over the run and the cluster's forming)",
 				bytes/float64(live)/elapsed, packets/float64(live)/elapsed)
+			skipIfStarved(t, offered, 160*len(c.nodes)+100*len(c.nodes)*secs)
 			if math.Abs(float64(got)-want) > 0.05*want {
 				t.Errorf("admitted %d, want %.0f ± 5%%", got, want)
 			}
@@ -192,5 +193,18 @@ func useShareBinary(t *testing.T) {
 		saved := binary
 		binary = b
 		t.Cleanup(func() { binary = saved })
+	}
+}
+
+// skipIfStarved skips the rest of a test whose callers made less than 70%
+// of the calls asked of them: the machine (2 cores shared with other test
+// runs) did not run the scenario, and processes that are not scheduled for
+// whole seconds neither gossip nor decide on time, so what they admitted
+// says nothing of the limiter. The figures are logged before.
+func skipIfStarved(t *testing.T, offered, asked int) {
+	t.Helper()
+	if float64(offered) < 0.7*float64(asked) {
+		t.Skipf("the callers made only %d of the %d calls asked (%.0f%%): the machine is too loaded to measure accuracy",
+			offered, asked, 100*float64(offered)/float64(asked))
 	}
 }
