@@ -37,8 +37,9 @@ import (
 //     (so two owners during a membership change are both charged once). A
 //     receiver that first hears of a subscription charges others−prev, prev
 //     being what the owner counts it as having heard (0 in a new aggregate,
-//     all but the key's debt in an established one: newcomerPrevLocked); an
-//     answer it missed is not charged, erring toward admitting more.
+//     all but the key's debt in an established one: newcomerPrevLocked);
+//     the subscription's first answers all carry that prev, so one that
+//     missed the first is still charged it (ownerfirst.go).
 //   - A node hears of a key only while it uses it (every interval the key
 //     changes for ownerActiveTTL after its last counter, then once a second
 //     until ownerSubTTL), so what it hears is set by its own traffic.
