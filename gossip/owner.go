@@ -37,8 +37,9 @@ import (
 //     (so two owners during a membership change are both charged once). A
 //     receiver that first hears of a subscription charges others−prev, prev
 //     being what the owner counts it as having heard (0 in a new aggregate,
-//     all but the key's debt in an established one: newcomerPrevLocked); an
-//     answer it missed is not charged, erring toward admitting more.
+//     all but the key's debt in an established one: newcomerPrevLocked);
+//     the subscription's first answers all carry that prev, so one that
+//     missed the first is still charged it (ownerfirst.go).
 //   - A node hears of a key only while it uses it (every interval the key
 //     changes for ownerActiveTTL after its last counter, then once a second
 //     until ownerSubTTL), so what it hears is set by its own traffic.
@@ -146,6 +147,8 @@ type ownerSub struct {
 	contrib   uint64 // counted into the total from this contributor
 	epoch, hi uint64 // its counter's epoch and the highest Used counted
 	sent      uint64 // others, as last told to it
+	first     uint64 // the prev its first answers carry (ownerfirst.go)
+	early     uint8  // answers sent so far, up to ownerFirstAnswers
 	needAck   bool
 	heard     time.Duration // its last counter, since born
 	answered  time.Duration // its last answer, since born
@@ -442,7 +445,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
 				writers[name] = w
 			}
-			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.sent,
+			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.answerPrev(),
 				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi})
 			sub.sent, sub.needAck = others, false
 		}
@@ -520,6 +523,7 @@ func (s *Syncer) subFor(o *ownedKey, origin string, c Counter) *ownerSub {
 		}
 		s.owner.lastGen++
 		sub = &ownerSub{serial: s.owner.lastGen, epoch: c.Epoch, hi: c.Prev, sent: s.newcomerPrevLocked(o, c)}
+		sub.first = sub.sent
 		o.subs[origin] = sub
 		s.owner.subs++
 	}

@@ -22,8 +22,8 @@ import (
 // anew); others is the cumulative consumption of every origin but the
 // receiver in that aggregate, prev what the owner counts the receiver as
 // having heard before (a receiver that first hears of gen charges
-// others−prev, so what it missed is not charged, which errs toward
-// admitting more); ack_epoch and ack_used are the highest of the
+// others−prev; a subscription's first four answers carry the same prev,
+// see ownerfirst.go); ack_epoch and ack_used are the highest of the
 // receiver's own counters the owner has counted (the receiver stops
 // repeating them). Both kinds are sent only to members that advertise
 // protoOwner; nodes of earlier versions that do receive one ignore it
