@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,8 @@ func simCommand() *cli.Command {
 			&cli.StringFlag{Name: "sluiced", Usage: "with --validate: a sluiced binary to use instead of building one"},
 			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-fair, sim-spread, sim-churn)"},
 			&cli.StringFlag{Name: "max-nodes", Value: "10000", Usage: "with --report: the largest cluster size to run"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run (pprof) to this file"},
+			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile at the run's end (pprof) to this file"},
 			&cli.StringFlag{Name: "doc", Value: "../../docs/SCALING.md", Usage: "with --report: the document to rewrite between its markers"},
 		},
 		Action: func(c *cli.Context) error {
@@ -69,12 +72,20 @@ func simCommand() *cli.Command {
 				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), JoinSpread: c.Duration("join-spread"),
 				Partition: sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
 			}
-			s, err := sim.New(cfg)
+			stop, err := startProfiles(c.String("cpuprofile"))
 			if err != nil {
 				return err
 			}
+			s, err := sim.New(cfg)
+			if err != nil {
+				stop()
+				return err
+			}
 			s.Run().Write(os.Stdout)
-			return nil
+			stop()
+			err = writeHeapProfile(c.String("memprofile"))
+			runtime.KeepAlive(s) // the nodes are the heap profiled
+			return err
 		},
 	}
 }

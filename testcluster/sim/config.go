@@ -80,6 +80,12 @@ type Config struct {
 	// its lag is until every other live node's ledger was charged it (or
 	// adopted it). Default ProbeEvery 500 ms (the testcluster's).
 	ProbeEvery time.Duration
+
+	// copyMembers gives every syncer its own copy of the membership, as
+	// in production, even when the membership is formed before the load
+	// (by default the nodes then share one table: gossip.SharedMembers).
+	// For tests comparing the two.
+	copyMembers bool
 }
 
 // Partition cuts the nodes whose index is below Split from the others

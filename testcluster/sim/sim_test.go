@@ -16,7 +16,8 @@ func TestSameSeedSameReport(t *testing.T) {
 		cfg  Config
 	}{
 		{"direct, hot, loss, forming", Config{Nodes: 5, Duration: 3 * time.Second, Loss: 0.1, Rate: 50, JoinSpread: 300 * time.Millisecond}},
-		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}},
+		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, GossipMode: "relay", Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}},
+		{"owner, hot, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(seed uint64) Report {
@@ -147,5 +148,42 @@ func TestFirstShareKeepsSharesEven(t *testing.T) {
 	}
 	if without.Fairness.Within25 >= with.Fairness.Within25 {
 		t.Errorf("the floor made no difference: %.0f%% without, %.0f%% with", 100*without.Fairness.Within25, 100*with.Fairness.Within25)
+	}
+}
+
+// The nodes sharing one member table (gossip.SharedMembers, the default
+// when the membership is formed before the load) run exactly as when each
+// keeps its own copy, as in production: the same seed gives the same
+// report, in each gossip mode.
+func TestSharedMembersSameReport(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"direct", Config{Nodes: 10, Duration: 2 * time.Second, Loss: 0.05}},
+		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay", Duration: 2 * time.Second, Scenario: Spread, Loss: 0.05}},
+		{"owner", Config{Nodes: 100, GossipMode: "owner", Duration: 2 * time.Second, MinPerNode: 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(copyMembers bool) Report {
+				cfg := tc.cfg
+				cfg.Seed, cfg.copyMembers = 5, copyMembers
+				s, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (s.table == nil) != copyMembers {
+					t.Fatalf("copyMembers %v: shared table %v", copyMembers, s.table != nil)
+				}
+				return s.Run().Repeatable()
+			}
+			shared, copied := run(false), run(true)
+			if !reflect.DeepEqual(shared, copied) {
+				t.Fatalf("shared table:\n%+v\nown copies:\n%+v", shared, copied)
+			}
+			if shared.Admitted == 0 || shared.PerNode.PacketsSent == 0 {
+				t.Fatalf("nothing happened: %+v", shared)
+			}
+		})
 	}
 }
