@@ -3,6 +3,7 @@ package gossip
 import (
 	"cmp"
 	"iter"
+	"math/rand/v2"
 	"slices"
 	"strings"
 )
@@ -12,16 +13,18 @@ import (
 // counters share a packet, the order packets are sent in (the simulated
 // network draws each one's delay and loss in that order) and which
 // contributors an answer budget reaches first would differ from run to run.
-// inOrder iterates a map as range does in production, and in key order in
-// a simulation.
+// inOrder iterates a map as range does in production, and in a simulation
+// in key order rotated to start at a random entry drawn from the syncer's
+// seeded generator: what depends on map iteration starting at a random
+// entry (an answer budget reaching a different rest each round) still does.
 
-// inOrder yields m's entries: in map order, or sorted by compare when
-// sorted is set (a simulation). Entries deleted or added while iterating a
-// sorted map: a deleted one not yet reached is skipped, an added one is not
-// visited.
-func inOrder[K comparable, V any](sorted bool, m map[K]V, compare func(a, b K) int) iter.Seq2[K, V] {
+// inOrder yields m's entries: in map order when rnd is nil (production),
+// else sorted by compare and rotated to start at an entry drawn from rnd.
+// Entries deleted while iterating a sorted map are skipped once deleted;
+// entries added are not visited.
+func inOrder[K comparable, V any](rnd *rand.Rand, m map[K]V, compare func(a, b K) int) iter.Seq2[K, V] {
 	return func(yield func(K, V) bool) {
-		if !sorted {
+		if rnd == nil {
 			for k, v := range m {
 				if !yield(k, v) {
 					return
@@ -33,13 +36,27 @@ func inOrder[K comparable, V any](sorted bool, m map[K]V, compare func(a, b K) i
 		for k := range m {
 			keys = append(keys, k)
 		}
+		if len(keys) == 0 {
+			return
+		}
 		slices.SortFunc(keys, compare)
-		for _, k := range keys {
+		start := rnd.IntN(len(keys))
+		for i := range keys {
+			k := keys[(start+i)%len(keys)]
 			if v, ok := m[k]; ok && !yield(k, v) {
 				return
 			}
 		}
 	}
+}
+
+// simRand is the generator inOrder rotates with: the syncer's own in a
+// simulation, nil (map order) in production.
+func (s *Syncer) simRand() *rand.Rand {
+	if s.simulated {
+		return s.rnd
+	}
+	return nil
 }
 
 func comparePendingKeys(a, b pendingKey) int {

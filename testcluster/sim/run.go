@@ -242,6 +242,8 @@ func (s *Sim) handle(e event) {
 	case evProbe:
 		s.probe()
 		s.push(event{at: s.now + 1 + s.rnd.Int64N(int64(s.cfg.ProbeEvery)), kind: evProbe})
+	case evProbeMeasure:
+		s.measureProbe(int(e.from))
 	case evSample:
 		s.m.sample(s)
 		e.at += int64(2 * time.Second)

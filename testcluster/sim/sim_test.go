@@ -187,3 +187,44 @@ func TestSharedMembersSameReport(t *testing.T) {
 		})
 	}
 }
+
+// In owner mode a node hears of a key only while it holds it: the probes
+// are keys several nodes hold, and every other holder reflects a
+// consumption within two gossip intervals and a round trip at p99 (no
+// loss).
+// Auto mode above the fan-out limit is owner mode, and says so.
+func TestOwnerProbesReachHolders(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		mode     string
+		holders  int
+		inBound  bool
+		minProbe int
+	}{
+		{"owner", Config{Nodes: 100, GossipMode: "owner"}, "owner", 5, true, 10},
+		{"auto above the fan-out limit", Config{Nodes: 80, FanoutLimit: 16, ProbeHolders: 3}, "owner", 3, true, 10},
+		{"direct", Config{Nodes: 10}, "direct", 0, true, 10},
+		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay"}, "relayed", 0, false, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Duration, cfg.Seed = 5*time.Second, 2
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := s.Run()
+			cv := r.Convergence
+			if r.Mode != tc.mode || cv.Holders != tc.holders {
+				t.Fatalf("mode %q with %d holders per probe, want %q and %d", r.Mode, cv.Holders, tc.mode, tc.holders)
+			}
+			if cv.Probes < tc.minProbe || cv.Converged != cv.Probes {
+				t.Fatalf("%d of %d probes converged", cv.Converged, cv.Probes)
+			}
+			if tc.inBound && cv.P99 > cv.Bound {
+				t.Fatalf("p99 %.1f ms (max %.1f), want within %.1f ms; %d of %d probes within", cv.P99, cv.Max, cv.Bound, cv.WithinBound, cv.Probes)
+			}
+		})
+	}
+}
