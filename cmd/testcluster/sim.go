@@ -49,6 +49,7 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "traffic-only", Usage: "with --validate: only the traffic comparison (no processes)"},
 			&cli.StringFlag{Name: "sluiced", Usage: "with --validate: a sluiced binary to use instead of building one"},
 			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-churn, sim-fair, sim-spread)"},
+			&cli.BoolFlag{Name: "resume", Usage: "with --report: keep the rows a stopped regeneration already wrote (same runs) and run the rest"},
 			&cli.StringFlag{Name: "max-nodes", Value: "10000", Usage: "with --report: the largest cluster size to run"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run (pprof) to this file"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile at the run's end (pprof) to this file"},

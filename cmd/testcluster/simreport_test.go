@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,3 +69,46 @@ func TestRewriteBetweenMarkers(t *testing.T) {
 		t.Fatalf("missing markers: %v", err)
 	}
 }
+
+// A regeneration stopped midway leaves the rows it made, marked
+// incomplete; --resume keeps those whose runs are unchanged and runs the
+// rest.
+func TestReportResumes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "doc.md")
+	if err := os.WriteFile(path, []byte("<!-- t -->\n<!-- /t -->\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs := []sim.Config{{Nodes: 3, Duration: time.Second, Seed: 1}, owner(sim.Config{Nodes: 4, Duration: time.Second, Seed: 1})}
+	tb := reportTable{"t", runs}
+	emit := func(table string) error { return rewriteBetweenMarkers(path, map[string]string{"t": table}) }
+	stop := func(table string) error {
+		if err := emit(table); err != nil {
+			return err
+		}
+		return errStop
+	}
+	if err := runTable(tb, 10, nil, stop); err != errStop {
+		t.Fatalf("stopped after the first row: %v", err)
+	}
+	doc, _ := os.ReadFile(path)
+	if !strings.Contains(string(doc), "**Incomplete**") {
+		t.Fatalf("an incomplete table not marked:\n%s", doc)
+	}
+	done, err := doneRows(path, tb)
+	if err != nil || len(done) != 1 || !strings.HasPrefix(done[0], "| 3 | broadcast | direct |") {
+		t.Fatalf("rows done: %q, %v", done, err)
+	}
+	if err := runTable(tb, 10, done, emit); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ = os.ReadFile(path)
+	if strings.Contains(string(doc), "**Incomplete**") || !strings.Contains(string(doc), "| 4 | owner | owner |") {
+		t.Fatalf("resumed table:\n%s", doc)
+	}
+	changed := reportTable{"t", []sim.Config{{Nodes: 3, Duration: 2 * time.Second, Seed: 1}}}
+	if done, _ := doneRows(path, changed); len(done) != 0 {
+		t.Fatalf("rows of a changed run kept: %q", done)
+	}
+}
+
+var errStop = errors.New("stop")
