@@ -230,7 +230,7 @@ func commandOf(c sim.Config) string {
 	return b.String()
 }
 
-const reportHeader = "| N | design | mode | loss | admitted / allowed | first second | worst 1 s window over burst + rate | convergence p50 / p99, within 2 intervals + a round trip | fair 2 s shares (±25%) | per node: bytes/s sent | packets/s sent | busiest node: packets/s sent | est. CPU per node | sim: CPU s per simulated s, heap |\n" +
+const reportHeader = "| N | design | mode | loss | admitted / allowed | first second | worst 1 s window over burst + rate | convergence p50 / p99; probes converged, within 2 intervals + a round trip | fair 2 s shares (±25%) | per node: bytes/s sent | packets/s sent | busiest node: packets/s sent | est. CPU per node | sim: CPU s per simulated s, heap |\n" +
 	"| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
 
 func writeRow(b *strings.Builder, r *sim.Report, design string) {
@@ -241,7 +241,7 @@ func writeRow(b *strings.Builder, r *sim.Report, design string) {
 	cv := r.Convergence
 	conv := fmt.Sprintf("none of %d", cv.Probes)
 	if cv.Converged > 0 {
-		conv = fmt.Sprintf("%.0f / %.0f ms, %d of %d", cv.P50, cv.P99, cv.WithinBound, cv.Probes)
+		conv = fmt.Sprintf("%.0f / %.0f ms; %d/%d, %d within", cv.P50, cv.P99, cv.Converged, cv.Probes, cv.WithinBound)
 	}
 	if cv.Holders > 0 {
 		conv += fmt.Sprintf(" (%d holders)", cv.Holders)
@@ -280,6 +280,9 @@ func doneRows(path string, t reportTable) ([]string, error) {
 	i, j := strings.Index(text, open), strings.Index(text, end)
 	if i < 0 || j < i {
 		return nil, nil
+	}
+	if !strings.HasPrefix(text[i+len(open):], reportHeader) {
+		return nil, nil // another format: every row is made again
 	}
 	var rows, cmds []string
 	for n, line := range strings.Split(text[i+len(open):j], "\n") {
