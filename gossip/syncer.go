@@ -57,17 +57,14 @@ type Syncer struct {
 	// round's targets (targets.go). Under mu.
 	peerNames []string
 	peerIndex map[string]int
-	// shared is a simulation's member table, read instead of peers,
-	// peerNames and peerIndex (simshared.go); nil in production.
-	shared   *SharedMembers
-	paused   atomic.Bool
-	leaving  atomic.Bool // set when Leave or Shutdown begins: memberlist's socket errors are then expected, joining stops
-	stop     chan struct{}
-	stopOnce sync.Once
-	wg       sync.WaitGroup
-	stats    Stats
-	resets   resetState  // under mu, but for its resend channel
-	repair   repairState // push-pulls asked for counters first heard midway (repair.go); under mu
+	paused    atomic.Bool
+	leaving   atomic.Bool // set when Leave or Shutdown begins: memberlist's socket errors are then expected, joining stops
+	stop      chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
+	stats     Stats
+	resets    resetState  // under mu, but for its resend channel
+	repair    repairState // push-pulls asked for counters first heard midway (repair.go); under mu
 	// transport is memberlist's network, made by Start; tstats counts what
 	// it refuses (here, so that they can be registered before Start).
 	transport *transport
@@ -93,6 +90,9 @@ type Syncer struct {
 	censusID string
 	// simulated is set by Simulate: no transport, so no sender book.
 	simulated bool
+	// shared is a simulation's member table, read instead of peers,
+	// peerNames and peerIndex (simshared.go); nil in production.
+	shared *SharedMembers
 
 	// owner is owner mode's state (owner.go); under mu.
 	owner                   ownerState
