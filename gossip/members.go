@@ -81,11 +81,15 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	}
 	delete(e.failed, n.Name)
 	node := copyNode(n)
-	e.peers[n.Name] = node
-	if _, ok := e.peerIndex[n.Name]; !ok {
-		(*Syncer)(e).ownerMemberLocked(n.Name) // owner.go
+	if e.shared != nil { // a simulation's table holds it already (simshared.go)
+		(*Syncer)(e).ownerMemberLocked(n.Name)
+	} else {
+		e.peers[n.Name] = node
+		if _, ok := e.peerIndex[n.Name]; !ok {
+			(*Syncer)(e).ownerMemberLocked(n.Name) // owner.go
+		}
+		(*Syncer)(e).addPeerLocked(n.Name)
 	}
-	(*Syncer)(e).addPeerLocked(n.Name)
 	(*Syncer)(e).rebuildSendersLocked()
 	e.mu.Unlock()
 	(*Syncer)(e).queueResend(node)
@@ -102,11 +106,15 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	m, _ := decodeMeta(n.Meta)
 	left := m.Leaving
 	e.mu.Lock()
-	delete(e.peers, n.Name)
-	if _, ok := e.peerIndex[n.Name]; ok {
-		(*Syncer)(e).ownerMemberLocked(n.Name) // owner.go
+	if e.shared != nil { // a simulation's table dropped it already (simshared.go)
+		(*Syncer)(e).ownerMemberLocked(n.Name)
+	} else {
+		delete(e.peers, n.Name)
+		if _, ok := e.peerIndex[n.Name]; ok {
+			(*Syncer)(e).ownerMemberLocked(n.Name) // owner.go
+		}
+		(*Syncer)(e).removePeerLocked(n.Name)
 	}
-	(*Syncer)(e).removePeerLocked(n.Name)
 	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
 		e.failed[n.Name] = failedMember{addr: n.Address(), since: (*Syncer)(e).clock(), left: left}
 	}
@@ -121,7 +129,9 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 
 func (e *events) NotifyUpdate(n *memberlist.Node) {
 	e.mu.Lock()
-	e.peers[n.Name] = copyNode(n)
+	if e.shared == nil {
+		e.peers[n.Name] = copyNode(n)
+	}
 	(*Syncer)(e).rebuildSendersLocked()
 	e.owner.ring = nil // its capability may have changed (owner.go)
 	e.mu.Unlock()

@@ -308,7 +308,7 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 	at := uint64(max(0, s.clock().UnixNano()))
 	maxAge := -int(s.cfg.SeenTTL / s.cfg.GossipInterval)
 	writers := map[string]*packetWriter{}
-	for k, p := range s.pending {
+	for k, p := range inOrder(s.simRand(), s.pending, comparePendingKeys) { // simorder.go
 		if k.origin != s.self {
 			s.dropPendingLocked(k)
 			continue
@@ -335,7 +335,7 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 		w.add(s.self, p.c)
 	}
 	var out []ownerOut
-	for name, w := range writers {
+	for name, w := range inOrder(s.simRand(), writers, compareNames) {
 		n, ok := s.peers[name]
 		if !ok {
 			continue
@@ -415,12 +415,12 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 	}
 	writers := map[string]*answerWriter{}
 	budget := ownerAnswerBudget
-	for k, o := range s.owner.mine {
+	for k, o := range inOrder(s.simRand(), s.owner.mine, compareAggKeys) {
 		if !o.dirty && !sweep {
 			continue
 		}
 		o.dirty = false
-		for name, sub := range o.subs {
+		for name, sub := range inOrder(s.simRand(), o.subs, compareNames) {
 			if now-sub.heard > s.subTTL() {
 				delete(o.subs, name)
 				s.owner.subs--
@@ -454,7 +454,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 		}
 	}
 	out := make([]ownerOut, 0, len(writers))
-	for name, w := range writers {
+	for name, w := range inOrder(s.simRand(), writers, compareNames) {
 		n, ok := s.peers[name]
 		if !ok {
 			continue

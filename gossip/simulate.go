@@ -64,10 +64,7 @@ func (s *Syncer) eachPendingLocked(fn func(k pendingKey, p *pendingCounter)) {
 	for k := range s.pending {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b pendingKey) int {
-		return cmp.Or(cmp.Compare(a.origin, b.origin), cmp.Compare(a.rule, b.rule), cmp.Compare(a.key, b.key),
-			cmp.Compare(a.window, b.window), cmp.Compare(a.epoch, b.epoch))
-	})
+	slices.SortFunc(keys, comparePendingKeys)
 	for _, k := range keys {
 		if p, ok := s.pending[k]; ok {
 			fn(k, p)

@@ -90,6 +90,9 @@ type Syncer struct {
 	censusID string
 	// simulated is set by Simulate: no transport, so no sender book.
 	simulated bool
+	// shared is a simulation's member table, read instead of peers,
+	// peerNames and peerIndex (simshared.go); nil in production.
+	shared *SharedMembers
 
 	// owner is owner mode's state (owner.go); under mu.
 	owner                   ownerState

@@ -55,22 +55,23 @@ func (s *Syncer) othersLocked() int {
 // (all of them when there are no more). Caller holds s.mu.
 func (s *Syncer) targetsLocked(fanout bool) []*memberlist.Node {
 	others := s.othersLocked()
+	names := s.peerNamesLocked()
 	if fanout || others <= s.cfg.GossipNodes {
 		targets := make([]*memberlist.Node, 0, others)
-		for _, name := range s.peerNames {
+		for _, name := range names {
 			if n, ok := s.peers[name]; ok && name != s.self {
 				targets = append(targets, &n)
 			}
 		}
 		return targets
 	}
-	if len(s.peerNames) == 0 {
+	if len(names) == 0 {
 		return nil
 	}
 	picked := make([]int, 0, s.cfg.GossipNodes)
 	for tries := 0; len(picked) < s.cfg.GossipNodes && tries < 64*s.cfg.GossipNodes; tries++ {
-		i := s.rnd.IntN(len(s.peerNames))
-		if s.peerNames[i] == s.self || slices.Contains(picked, i) {
+		i := s.rnd.IntN(len(names))
+		if names[i] == s.self || slices.Contains(picked, i) {
 			continue
 		}
 		picked = append(picked, i)
@@ -78,7 +79,7 @@ func (s *Syncer) targetsLocked(fanout bool) []*memberlist.Node {
 	slices.SortFunc(picked, cmp.Compare[int])
 	targets := make([]*memberlist.Node, 0, len(picked))
 	for _, i := range picked {
-		if n, ok := s.peers[s.peerNames[i]]; ok {
+		if n, ok := s.peers[names[i]]; ok {
 			targets = append(targets, &n)
 		}
 	}

@@ -3,8 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
-	"slices"
-	"strconv"
+	"runtime"
 	"strings"
 	"time"
 
@@ -44,13 +43,16 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "partition-from", Usage: "partition: start"},
 			&cli.DurationFlag{Name: "partition-to", Usage: "partition: end (none unless after the start)"},
 			&cli.IntFlag{Name: "partition-split", Usage: "partition: nodes below this index on one side"},
-			&cli.BoolFlag{Name: "report", Usage: "regenerate docs/SCALING.md's measured tables (the runs of scripts/scaling.sh); --nodes etc. are ignored"},
+			&cli.BoolFlag{Name: "report", Usage: "regenerate docs/SCALING.md's simulated tables, both designs, N = 3 to --max-nodes (scripts/scaling.sh); --nodes etc. are ignored"},
 			&cli.BoolFlag{Name: "validate", Usage: "run the simulator against real sluiced processes (3, 10, 50) and rewrite docs/SCALING.md's validation table"},
 			&cli.StringFlag{Name: "recorded", Value: "../../docs/benchmarks/raw/cluster.txt", Usage: "with --validate: BenchmarkGossipCost's recorded results, to compare traffic with"},
 			&cli.BoolFlag{Name: "traffic-only", Usage: "with --validate: only the traffic comparison (no processes)"},
 			&cli.StringFlag{Name: "sluiced", Usage: "with --validate: a sluiced binary to use instead of building one"},
-			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-fair, sim-spread, sim-churn)"},
+			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-churn, sim-fair, sim-spread)"},
+			&cli.BoolFlag{Name: "resume", Usage: "with --report: keep the rows a stopped regeneration already wrote (same runs) and run the rest"},
 			&cli.StringFlag{Name: "max-nodes", Value: "10000", Usage: "with --report: the largest cluster size to run"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run (pprof) to this file"},
+			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile at the run's end (pprof) to this file"},
 			&cli.StringFlag{Name: "doc", Value: "../../docs/SCALING.md", Usage: "with --report: the document to rewrite between its markers"},
 		},
 		Action: func(c *cli.Context) error {
@@ -69,118 +71,22 @@ func simCommand() *cli.Command {
 				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), JoinSpread: c.Duration("join-spread"),
 				Partition: sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
 			}
+			stop, err := startProfiles(c.String("cpuprofile"))
+			if err != nil {
+				return err
+			}
 			s, err := sim.New(cfg)
 			if err != nil {
+				stop()
 				return err
 			}
 			s.Run().Write(os.Stdout)
-			return nil
+			stop()
+			err = writeHeapProfile(c.String("memprofile"))
+			runtime.KeepAlive(s) // the nodes are the heap profiled
+			return err
 		},
 	}
-}
-
-// simReport runs the baseline matrix and rewrites docs/SCALING.md's
-// measured tables between their markers.
-func simReport(c *cli.Context) error {
-	maxNodes, err := strconv.Atoi(c.String("max-nodes"))
-	if err != nil {
-		return fmt.Errorf("--max-nodes: %w", err)
-	}
-	tables := map[string]string{}
-	only := c.StringSlice("tables")
-	for _, t := range reportTables {
-		if len(only) > 0 && !slices.Contains(only, t.marker) {
-			continue
-		}
-		var b strings.Builder
-		b.WriteString(reportHeader)
-		for _, run := range t.runs {
-			if run.Nodes > maxNodes {
-				continue
-			}
-			s, err := sim.New(run)
-			if err != nil {
-				return err
-			}
-			r := s.Run()
-			r.Write(os.Stderr)
-			writeRow(&b, r, "today")
-		}
-		tables[t.marker] = b.String()
-	}
-	return rewriteBetweenMarkers(c.String("doc"), tables)
-}
-
-type reportTable struct {
-	marker string
-	runs   []sim.Config
-}
-
-// reportTables are SCALING.md's simulated tables: the limit 100/s burst
-// 100, 20 ms gossip, defaults otherwise.
-var reportTables = func() []reportTable {
-	var hot, lossy, spread, fair []sim.Config
-	secs := func(n int) time.Duration {
-		if n >= 1000 {
-			return 5 * time.Second
-		}
-		return 10 * time.Second
-	}
-	for _, n := range []int{3, 10, 50, 100, 1000, 2000} {
-		hot = append(hot, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, MinPerNode: 20})
-		if n > 1000 {
-			continue
-		}
-		for _, loss := range []float64{0.1, 0.3} {
-			lossy = append(lossy, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, MinPerNode: 20, Loss: loss})
-		}
-		// The limit grows with N, so that a node's fair share of a 2 s
-		// window is 100 requests: shares are measurable at every size.
-		fair = append(fair, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, Rate: 50 * float64(n)})
-		if n <= 100 {
-			spread = append(spread, sim.Config{Nodes: n, Duration: secs(n), Seed: 1, Scenario: sim.Spread})
-		}
-	}
-	var churn []sim.Config
-	for _, n := range []int{50, 100} {
-		for _, perMinute := range []float64{0.01, 0.1} {
-			churn = append(churn, sim.Config{Nodes: n, Duration: 2 * time.Minute, Seed: 1, MinPerNode: 20, ChurnPerMinute: perMinute})
-		}
-	}
-	return []reportTable{{"sim-hot", hot}, {"sim-loss", lossy}, {"sim-fair", fair}, {"sim-spread", spread}, {"sim-churn", churn}}
-}()
-
-const reportHeader = "| N | design | mode | loss | admitted / allowed | first second | worst 1 s window over burst + rate | convergence p50 / p99 | fair 2 s shares (±25%) | per node: bytes/s sent | packets/s sent | est. CPU | sim: CPU s per simulated s, heap |\n" +
-	"| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-
-func writeRow(b *strings.Builder, r *sim.Report, design string) {
-	fair := "-"
-	if r.Fairness.Windows > 0 {
-		fair = fmt.Sprintf("%.0f%%", 100*r.Fairness.Within25)
-	}
-	conv := fmt.Sprintf("%.0f / %.0f ms", r.Convergence.P50, r.Convergence.P99)
-	if r.Convergence.Converged == 0 {
-		conv = fmt.Sprintf("none of %d", r.Convergence.Probes)
-	} else if r.Convergence.Converged < r.Convergence.Probes {
-		conv += fmt.Sprintf(" (%d of %d)", r.Convergence.Converged, r.Convergence.Probes)
-	}
-	loss := fmt.Sprintf("%.0f%%", 100*r.Loss)
-	if r.Churn > 0 {
-		loss += fmt.Sprintf(", churn %g%%/min (%d replaced)", 100*r.Churn, r.Replaced)
-	}
-	fmt.Fprintf(b, "| %d | %s | %s | %s | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.2f%% | %.2f, %.0f MB |\n",
-		r.Nodes, design, r.Mode, loss, r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts,
-		conv, fair, human(r.PerNode.BytesSent), r.PerNode.PacketsSent, 100*r.EstimatedCPU, r.CPU.Seconds()/r.Seconds, float64(r.Heap)/(1<<20))
-}
-
-func human(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%.1f MB", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1f kB", v/1e3)
-	}
-	return fmt.Sprintf("%.0f B", v)
 }
 
 // rewriteBetweenMarkers replaces, in the file at path, what lies between

@@ -88,7 +88,7 @@ func trafficTable(path string) (string, error) {
 		cfg := sim.Config{Nodes: c.nodes, Duration: 5 * time.Second, Seed: 1, Scenario: sim.Spread, PerHost: c.rate / float64(c.nodes),
 			Keys: c.keys, Rate: 1_000_000, GossipInterval: c.interval}
 		if c.relay {
-			cfg.FanoutLimit = 1
+			cfg.GossipMode = "relay" // FanoutLimit 1 alone is owner mode since owner mode came (auto)
 		}
 		s, err := sim.New(cfg)
 		if err != nil {

@@ -79,7 +79,18 @@ type Config struct {
 	// node on a key of its own, at a random gap of up to ProbeEvery, and
 	// its lag is until every other live node's ledger was charged it (or
 	// adopted it). Default ProbeEvery 500 ms (the testcluster's).
+	// In owner mode, where only the nodes that use a key hear of it, a
+	// probe is a key ProbeHolders nodes hold instead (holders.go).
 	ProbeEvery time.Duration
+	// ProbeHolders is how many nodes hold an owner-mode probe's key.
+	// Default 5 (fewer in smaller clusters).
+	ProbeHolders int
+
+	// copyMembers gives every syncer its own copy of the membership, as
+	// in production, even when the membership is formed before the load
+	// (by default the nodes then share one table: gossip.SharedMembers).
+	// For tests comparing the two.
+	copyMembers bool
 }
 
 // Partition cuts the nodes whose index is below Split from the others
@@ -107,6 +118,14 @@ func (c *Config) setDefaults() error {
 	def(&c.Latency, 100*time.Microsecond)
 	def(&c.Jitter, 100*time.Microsecond)
 	def(&c.ProbeEvery, 500*time.Millisecond)
+	if c.ProbeHolders <= 0 {
+		c.ProbeHolders = 5
+	}
+	switch c.GossipMode {
+	case "", "auto", "direct", "relay", "owner":
+	default:
+		return fmt.Errorf("sim: gossip mode %q; want auto, direct, relay or owner", c.GossipMode)
+	}
 	if c.DetectAfter <= 0 {
 		c.DetectAfter = suspicionTimeout(c.Nodes)
 	}
@@ -142,4 +161,21 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("sim: loss %v outside [0, 1)", c.Loss)
 	}
 	return nil
+}
+
+// mode is how the nodes gossip, as gossip.Config.GossipMode decides it:
+// "direct" (fan-out to every member), "relayed" or "owner". In auto mode
+// a cluster above FanoutLimit is in owner mode: every simulated node
+// speaks it.
+func (c *Config) mode() string {
+	switch c.GossipMode {
+	case "direct", "owner":
+		return c.GossipMode
+	case "relay":
+		return "relayed"
+	}
+	if c.Nodes > c.FanoutLimit {
+		return "owner"
+	}
+	return "direct"
 }

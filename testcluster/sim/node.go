@@ -81,7 +81,7 @@ func (l ledger) Charge(rule, key string, window, tokens uint64) {
 	}
 	l.n.store.ChargeWindow(ns, []byte(key), lim, int64(min(tokens, bucket.MaxCost)), window, l.s.clock())
 	if rule == ruleProbe {
-		l.s.probeSeen(l.n, key)
+		l.s.probeSeen(l.n, key, tokens, false)
 	}
 }
 
@@ -101,7 +101,7 @@ func (l ledger) Adopt(rule, key string, window uint64, balance float64) bool {
 	}
 	took := l.n.store.Adopt(ns, []byte(key), lim, window, balance, l.s.clock())
 	if took && rule == ruleProbe {
-		l.s.probeSeen(l.n, key)
+		l.s.probeSeen(l.n, key, 0, true)
 	}
 	return took
 }

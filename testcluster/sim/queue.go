@@ -8,17 +8,18 @@ import "container/heap"
 type kind uint8
 
 const (
-	evRequest  kind = iota // a node's next request on its load
-	evRound                // a node's gossip round
-	evPacket               // a best-effort packet arrives
-	evPushPull             // a node starts a push-pull exchange
-	evState                // a push-pull state arrives (reliable)
-	evProbe                // a convergence probe is consumed
-	evPrune                // a node prunes its seen table
-	evChurn                // a node is replaced
-	evDeclare              // the cluster declares a crashed node dead
-	evSample               // the simulator samples its measurements
-	evJoin                 // a node learns of a member as the cluster forms
+	evRequest      kind = iota // a node's next request on its load
+	evRound                    // a node's gossip round
+	evPacket                   // a best-effort packet arrives
+	evPushPull                 // a node starts a push-pull exchange
+	evState                    // a push-pull state arrives (reliable)
+	evProbe                    // a convergence probe is consumed
+	evPrune                    // a node prunes its seen table
+	evChurn                    // a node is replaced
+	evDeclare                  // the cluster declares a crashed node dead
+	evSample                   // the simulator samples its measurements
+	evJoin                     // a node learns of a member as the cluster forms
+	evProbeMeasure             // an owner-mode probe's measured consumption (holders.go)
 )
 
 type event struct {

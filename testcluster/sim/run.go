@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,6 +31,14 @@ type Sim struct {
 	keys    [][]byte
 	m       measure
 	rings   *gossip.RingCache // owner mode's rings, shared by every node
+	// table is the membership every node reads when they all see the same
+	// (the membership formed before the load): one table instead of a copy
+	// per node, and no N² joins to form it. Nil with JoinSpread, where
+	// each node learns the others at its own times.
+	table *gossip.SharedMembers
+	// undeclared are the crashed members not yet declared dead: still
+	// members to the others, so a replacement learns of them on joining.
+	undeclared []memberlist.Node
 }
 
 // epoch is the virtual clock's start: fixed, so runs repeat.
@@ -59,6 +68,12 @@ func New(cfg Config) (*Sim, error) {
 		}
 	}
 	s.m.init(s)
+	if cfg.JoinSpread <= 0 && !cfg.copyMembers {
+		s.table = gossip.NewSharedMembers()
+		for i := range cfg.Nodes {
+			s.table.Add(selfNode(i, 0))
+		}
+	}
 	s.nodes = make([]*node, cfg.Nodes)
 	for i := range s.nodes {
 		if s.nodes[i], err = s.newNode(i, 0); err != nil {
@@ -66,12 +81,14 @@ func New(cfg Config) (*Sim, error) {
 		}
 	}
 	s.alive = cfg.Nodes
-	for _, n := range s.nodes {
-		for _, m := range s.nodes {
-			if at := s.joinAt(n.i, m.i); at == 0 {
-				n.ev.NotifyJoin(&m.self)
-			} else {
-				s.push(event{at: at, kind: evJoin, node: int32(n.i), from: int32(m.i)})
+	if s.table == nil {
+		for _, n := range s.nodes {
+			for _, m := range s.nodes {
+				if at := s.joinAt(n.i, m.i); at == 0 {
+					n.ev.NotifyJoin(&m.self)
+				} else {
+					s.push(event{at: at, kind: evJoin, node: int32(n.i), from: int32(m.i)})
+				}
 			}
 		}
 	}
@@ -84,6 +101,11 @@ func New(cfg Config) (*Sim, error) {
 		s.push(event{at: s.churnGap(), kind: evChurn})
 	}
 	return s, nil
+}
+
+// selfNode is the member of slot i, generation gen: addressed by its slot.
+func selfNode(i int, gen uint32) memberlist.Node {
+	return memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: 1}
 }
 
 func nameOf(i int, gen uint32) string {
@@ -102,7 +124,7 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}
-	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 1}
+	n.self = selfNode(i, gen)
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
 		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
@@ -110,7 +132,12 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	}
 	n.syncer = sy
 	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
-	if n.dg, n.ev, err = sy.Simulate(membership{s, n}, s.clock, seed); err != nil {
+	if s.table != nil {
+		n.dg, n.ev, err = sy.SimulateShared(membership{s, n}, s.table, s.clock, seed)
+	} else {
+		n.dg, n.ev, err = sy.Simulate(membership{s, n}, s.clock, seed)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
 	return n, nil
@@ -215,6 +242,8 @@ func (s *Sim) handle(e event) {
 	case evProbe:
 		s.probe()
 		s.push(event{at: s.now + 1 + s.rnd.Int64N(int64(s.cfg.ProbeEvery)), kind: evProbe})
+	case evProbeMeasure:
+		s.measureProbe(int(e.from))
 	case evSample:
 		s.m.sample(s)
 		e.at += int64(2 * time.Second)
@@ -229,6 +258,10 @@ func (s *Sim) handle(e event) {
 		}
 	case evDeclare:
 		gone := memberlist.Node{Name: string(e.msg), Port: uint16(e.node)}
+		s.undeclared = slices.DeleteFunc(s.undeclared, func(m memberlist.Node) bool { return m.Name == gone.Name })
+		if s.table != nil {
+			s.table.Remove(gone.Name)
+		}
 		for _, n := range s.nodes {
 			if n.alive && n.name != gone.Name {
 				n.ev.NotifyLeave(&gone)
@@ -269,20 +302,33 @@ func (s *Sim) churn() {
 	s.crashed++
 	s.m.retire(old)
 	s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(i), msg: []byte(old.name)})
+	if s.table != nil {
+		s.table.Add(selfNode(i, old.gen+1)) // the replacement starts knowing the table
+	}
 	n, err := s.newNode(i, old.gen+1)
 	if err != nil {
 		panic(err) // the configuration was valid for the first generation
 	}
 	s.nodes[i] = n
 	s.alive++
+	if s.table == nil {
+		// It learns every member, the crashed ones not yet declared dead
+		// too (as in the shared table).
+		for _, m := range s.undeclared {
+			n.ev.NotifyJoin(&m)
+		}
+	}
 	for _, m := range s.nodes {
 		if m.alive {
-			n.ev.NotifyJoin(&m.self)
+			if s.table == nil {
+				n.ev.NotifyJoin(&m.self)
+			}
 			if m != n {
 				m.ev.NotifyJoin(&n.self)
 			}
 		}
 	}
+	s.undeclared = append(s.undeclared, old.self)
 	s.schedule(n)
 	s.pushPull(n) // memberlist's join is a push-pull
 }

@@ -16,7 +16,8 @@ func TestSameSeedSameReport(t *testing.T) {
 		cfg  Config
 	}{
 		{"direct, hot, loss, forming", Config{Nodes: 5, Duration: 3 * time.Second, Loss: 0.1, Rate: 50, JoinSpread: 300 * time.Millisecond}},
-		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}},
+		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, GossipMode: "relay", Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}},
+		{"owner, hot, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(seed uint64) Report {
@@ -147,5 +148,83 @@ func TestFirstShareKeepsSharesEven(t *testing.T) {
 	}
 	if without.Fairness.Within25 >= with.Fairness.Within25 {
 		t.Errorf("the floor made no difference: %.0f%% without, %.0f%% with", 100*without.Fairness.Within25, 100*with.Fairness.Within25)
+	}
+}
+
+// The nodes sharing one member table (gossip.SharedMembers, the default
+// when the membership is formed before the load) run exactly as when each
+// keeps its own copy, as in production: the same seed gives the same
+// report, in each gossip mode.
+func TestSharedMembersSameReport(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"direct", Config{Nodes: 10, Duration: 2 * time.Second, Loss: 0.05}},
+		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay", Duration: 2 * time.Second, Scenario: Spread, Loss: 0.05}},
+		{"owner", Config{Nodes: 100, GossipMode: "owner", Duration: 2 * time.Second, MinPerNode: 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(copyMembers bool) Report {
+				cfg := tc.cfg
+				cfg.Seed, cfg.copyMembers = 5, copyMembers
+				s, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (s.table == nil) != copyMembers {
+					t.Fatalf("copyMembers %v: shared table %v", copyMembers, s.table != nil)
+				}
+				return s.Run().Repeatable()
+			}
+			shared, copied := run(false), run(true)
+			if !reflect.DeepEqual(shared, copied) {
+				t.Fatalf("shared table:\n%+v\nown copies:\n%+v", shared, copied)
+			}
+			if shared.Admitted == 0 || shared.PerNode.PacketsSent == 0 {
+				t.Fatalf("nothing happened: %+v", shared)
+			}
+		})
+	}
+}
+
+// In owner mode a node hears of a key only while it holds it: the probes
+// are keys several nodes hold, and every other holder reflects a
+// consumption within two gossip intervals and a round trip at p99 (no
+// loss).
+// Auto mode above the fan-out limit is owner mode, and says so.
+func TestOwnerProbesReachHolders(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		mode     string
+		holders  int
+		inBound  bool
+		minProbe int
+	}{
+		{"owner", Config{Nodes: 100, GossipMode: "owner"}, "owner", 5, true, 10},
+		{"auto above the fan-out limit", Config{Nodes: 80, FanoutLimit: 16, ProbeHolders: 3}, "owner", 3, true, 10},
+		{"direct", Config{Nodes: 10}, "direct", 0, true, 10},
+		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay"}, "relayed", 0, false, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Duration, cfg.Seed = 5*time.Second, 2
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := s.Run()
+			cv := r.Convergence
+			if r.Mode != tc.mode || cv.Holders != tc.holders {
+				t.Fatalf("mode %q with %d holders per probe, want %q and %d", r.Mode, cv.Holders, tc.mode, tc.holders)
+			}
+			if cv.Probes < tc.minProbe || cv.Converged != cv.Probes {
+				t.Fatalf("%d of %d probes converged", cv.Converged, cv.Probes)
+			}
+			if tc.inBound && cv.P99 > cv.Bound {
+				t.Fatalf("p99 %.1f ms (max %.1f), want within %.1f ms; %d of %d probes within", cv.P99, cv.Max, cv.Bound, cv.WithinBound, cv.Probes)
+			}
+		})
 	}
 }

@@ -1,0 +1,71 @@
+package gossip
+
+import (
+	"cmp"
+	"iter"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// Map order in simulations. A simulated syncer must repeat itself with the
+// same seed (testcluster/sim), but Go randomizes map iteration: which
+// counters share a packet, the order packets are sent in (the simulated
+// network draws each one's delay and loss in that order) and which
+// contributors an answer budget reaches first would differ from run to run.
+// inOrder iterates a map as range does in production, and in a simulation
+// in key order rotated to start at a random entry drawn from the syncer's
+// seeded generator: what depends on map iteration starting at a random
+// entry (an answer budget reaching a different rest each round) still does.
+
+// inOrder yields m's entries: in map order when rnd is nil (production),
+// else sorted by compare and rotated to start at an entry drawn from rnd.
+// Entries deleted while iterating a sorted map are skipped once deleted;
+// entries added are not visited.
+func inOrder[K comparable, V any](rnd *rand.Rand, m map[K]V, compare func(a, b K) int) iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		if rnd == nil {
+			for k, v := range m {
+				if !yield(k, v) {
+					return
+				}
+			}
+			return
+		}
+		keys := make([]K, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		if len(keys) == 0 {
+			return
+		}
+		slices.SortFunc(keys, compare)
+		start := rnd.IntN(len(keys))
+		for i := range keys {
+			k := keys[(start+i)%len(keys)]
+			if v, ok := m[k]; ok && !yield(k, v) {
+				return
+			}
+		}
+	}
+}
+
+// simRand is the generator inOrder rotates with: the syncer's own in a
+// simulation, nil (map order) in production.
+func (s *Syncer) simRand() *rand.Rand {
+	if s.simulated {
+		return s.rnd
+	}
+	return nil
+}
+
+func comparePendingKeys(a, b pendingKey) int {
+	return cmp.Or(cmp.Compare(a.origin, b.origin), cmp.Compare(a.rule, b.rule), cmp.Compare(a.key, b.key),
+		cmp.Compare(a.window, b.window), cmp.Compare(a.epoch, b.epoch))
+}
+
+func compareAggKeys(a, b aggKey) int {
+	return cmp.Or(cmp.Compare(a.rule, b.rule), cmp.Compare(a.key, b.key), cmp.Compare(a.window, b.window))
+}
+
+var compareNames = strings.Compare
