@@ -11,7 +11,7 @@
 #   sim-spread  50 req/s per node over N keys (per-node cost at a fixed
 #               per-host load).
 # Broadcast stops at 2,000 nodes (hot), 1,000 (loss) and 100 (churn, fair,
-# spread): its simulated work grows as N^2. The whole run costs about 13
+# spread): its simulated work grows as N^2. The whole run costs about 14
 # minutes of CPU (one core): 15-20 minutes of wall time on a quiet machine,
 # about an hour on the shared 2-core development machine; each table states
 # its own wall and CPU time. The validation against real processes is separate:
