@@ -842,32 +842,10 @@ func netnsDropped(t *testing.T, h *netnstest.Host) int64 {
 // loaded machine the callers may offer less than asked, and a check of
 // what was admitted must not blame the limiter for calls never made.
 func netnsDrive(c *netnsCluster, rule, key string, perNode []int, d time.Duration) (admitted, offered int) {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	deadline := time.Now().Add(d)
-	for i, rate := range perNode {
-		if rate == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(time.Second / time.Duration(rate))
-			defer tick.Stop()
-			n, sent := 0, 0
-			for ; sent < rate*int(d/time.Second+1) && time.Now().Before(deadline); sent++ {
-				<-tick.C
-				if dec := c.nodes[i].c.Allow(context.Background(), rule, key); dec.Allowed && !dec.FailedOpen {
-					n++
-				}
-			}
-			mu.Lock()
-			admitted += n
-			offered += sent
-			mu.Unlock()
-		}()
+	perSec, offered := netnsDriveSeconds(c, rule, key, perNode, d)
+	for _, n := range perSec {
+		admitted += n
 	}
-	wg.Wait()
 	return admitted, offered
 }
 
