@@ -80,9 +80,10 @@ func (s *Syncer) mergeState(b []byte) {
 			s.baselineLocked(origin, e.c)
 			continue
 		}
-		tokens, _, sr := s.applyLocked(origin, e.c)
+		h, _, sr := s.hearLocked(origin, e.c)
+		tokens := h.tokens()
 		if a, ok := allow[[2]string{e.c.Rule, e.c.Key}]; ok && tokens > 0 {
-			tokens = s.boundLocked(sr, a, origin, e.c, tokens, now)
+			tokens = s.boundLocked(sr, a, origin, e.c, h, now)
 		}
 		if tokens > 0 {
 			charges = append(charges, charge{e.c.Rule, e.c.Key, e.c.Window, tokens})
@@ -219,7 +220,8 @@ func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float
 		// taken (baselineLocked records it).
 		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}})
 	}
-	return s.takeLocked(sr, a, origin, c, min(unheard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
+	give, _ := s.takeLocked(sr, a, origin, c, min(unheard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
+	return give
 }
 
 // memberLocked reports whether name is a member this node knows, alive or

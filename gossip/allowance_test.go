@@ -636,7 +636,7 @@ func TestBoundingAllocatesNothing(t *testing.T) {
 	a := Allowance{Burst: 100, PerSecond: 100}
 	if n := testing.AllocsPerRun(1000, func() {
 		clk.add(20 * time.Millisecond) // 2 tokens refill, 1 is charged: never clamped
-		if s.boundLocked(sr, a, "peer", c, 1, s.sinceBorn()) != 1 {
+		if s.boundLocked(sr, a, "peer", c, heard{above: 1}, s.sinceBorn()) != 1 {
 			t.Fatal("clamped")
 		}
 	}); n != 0 {

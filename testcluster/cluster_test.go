@@ -3,7 +3,6 @@ package testcluster
 import (
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -206,11 +205,6 @@ func TestPartitionEachSideEnforcesThenConverges(t *testing.T) {
 // A crashed node leaves the others deciding; restarted, it learns the
 // debts it missed from its peers' state at join.
 func TestCrashAndRestartRelearnsDebts(t *testing.T) {
-	if os.Getenv("SLUICE_RUN_QUARANTINED") == "" {
-		t.Skip("quarantined (SLUICE_RUN_QUARANTINED=1 runs it): a restarted node that hears its peers' counters " +
-			"before it sees them join can stay undercharged (clamped against the allowance non-members share, yet " +
-			"recorded as heard, so push-pull never adopts the debt); failed in 2 of the last 4 full runs; issue 14")
-	}
 	c := start(t, Options{N: 3, Rules: "rules:\n  slow:\n    rate: 10/1m\n", GossipInterval: 20 * time.Millisecond})
 	if err := c.Crash(2); err != nil {
 		t.Fatal(err)
