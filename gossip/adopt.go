@@ -80,9 +80,10 @@ func (s *Syncer) mergeState(b []byte) {
 			s.baselineLocked(origin, e.c)
 			continue
 		}
-		tokens, _, sr := s.applyLocked(origin, e.c)
+		h, _, sr := s.hearLocked(origin, e.c)
+		tokens := h.tokens()
 		if a, ok := allow[[2]string{e.c.Rule, e.c.Key}]; ok && tokens > 0 {
-			tokens = s.boundLocked(sr, a, origin, e.c, tokens, now)
+			tokens = s.boundLocked(sr, a, origin, e.c, h, now)
 		}
 		if tokens > 0 {
 			charges = append(charges, charge{e.c.Rule, e.c.Key, e.c.Window, tokens})
@@ -115,7 +116,9 @@ func (s *Syncer) mergeState(b []byte) {
 //
 // What the counters do not explain is not taken: this node's balance is
 // then the better one (a peer that learned of consumption late lost the
-// refill meanwhile). Beyond one burst it is counted as suspicious.
+// refill meanwhile). Beyond one burst (and, from a peer back from a
+// partition, the rate for as long as it was away) it is counted as
+// suspicious.
 //
 // The peer's balance lacks the consumption this node has charged and the
 // peer has not heard (after a partition heals, each side's balance lacks
@@ -148,7 +151,11 @@ func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e
 	}
 	// Suspicion is of what the peer claims, not of what it has not heard
 	// of this node's own (a pruned counter, a member that joined late).
-	if unexplained := here - e.balance - explained; unexplained > a.Burst {
+	// A peer back from a partition honestly lies lower by up to what its
+	// side admitted beyond this one's: a burst and the rate for as long as
+	// it was away (each node's bucket sat full, losing the refill, until
+	// it heard the other side's consumption).
+	if unexplained := here - e.balance - explained; unexplained > a.Burst+a.PerSecond*s.awayLocked(origin, now).Seconds() {
 		s.suspectLocked(origin, e.c, "push-pull balance below what its counters explain",
 			uint64(min(unexplained, math.MaxUint64/2)), uint64(explained))
 	}
@@ -219,7 +226,8 @@ func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float
 		// taken (baselineLocked records it).
 		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}})
 	}
-	return s.takeLocked(sr, a, origin, c, min(unheard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
+	give, _ := s.takeLocked(sr, a, origin, c, min(unheard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
+	return give
 }
 
 // memberLocked reports whether name is a member this node knows, alive or
