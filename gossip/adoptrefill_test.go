@@ -69,6 +69,7 @@ func TestStateDuringAJoinDoesNotHideAnUnchargedCounter(t *testing.T) {
 		name   string
 		before []func(s *Syncer) // what this node hears before the state
 		state  []byte
+		mine   uint64 // this node's own consumption
 		want   float64
 	}{
 		{name: "a's state lists b's counter, then b's packet",
@@ -81,6 +82,13 @@ func TestStateDuringAJoinDoesNotHideAnUnchargedCounter(t *testing.T) {
 			state: encodeState("b", []stateEntry{{c: asState(bSpend), balance: 98.01}},
 				[]seenEntry{{origin: "a", c: aSpend}}),
 			want: 98},
+		// This node spent a token alone before it joined; the peer's state
+		// lacks it.
+		{name: "this node's own spend, then a's state lists b's counter", mine: 1,
+			before: []func(s *Syncer){func(s *Syncer) { s.receive(packet(s, "a", true, aSpend)) }},
+			state: encodeState("a", []stateEntry{{c: asState(aSpend), balance: 98.01}},
+				[]seenEntry{{origin: "b", c: bSpend}}),
+			want: 97},
 		// Two counters unheard, one explained: only that one is heard.
 		{name: "a's state explains its own counter, not b's",
 			state: encodeState("a", []stateEntry{{c: asState(aSpend), balance: 98.01}},
@@ -94,6 +102,9 @@ func TestStateDuringAJoinDoesNotHideAnUnchargedCounter(t *testing.T) {
 			bl.a = a
 			l := &refillLedger{boundLedger: bl}
 			s.ledger = l
+			if tt.mine > 0 {
+				bl.own = map[string]Counter{"k": {Rule: "r", Key: "k", Epoch: 3, Used: tt.mine}}
+			}
 			s.peers["a"] = memberlist.Node{Name: "a", DMax: protoStamped}
 			s.peers["b"] = memberlist.Node{Name: "b", DMax: protoStamped}
 			for _, f := range tt.before {
