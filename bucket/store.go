@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -44,6 +45,10 @@ type StoreConfig struct {
 	// predecessor. A daemon passes its start time in nanoseconds, so epochs
 	// also grow across restarts.
 	EpochBase uint64
+	// Seed seeds the store's coins (share.go): the rounding of a first share
+	// below one token and the draws of a share of a balance. Stores of one
+	// cluster should have different seeds; 0 takes EpochBase.
+	Seed uint64
 }
 
 // Defaults for StoreConfig's zero fields.
@@ -82,6 +87,7 @@ type Store struct {
 	// firstMembers and firstHold hold new buckets to a share of their
 	// burst (see firstshare.go).
 	firstMembers, firstHold atomic.Int64
+	coinSeed                uint64 // see share.go
 	logs                    logBudget
 }
 
@@ -95,6 +101,7 @@ type shard struct {
 	// leftovers are windows' last consumption not yet drained when their
 	// keys moved on to a new window (windowed algorithms only).
 	leftovers []Consumption
+	rnd       uint64 // the shard's coin state (share.go)
 }
 
 // record adds local consumption in window (0 for the buckets), putting the
@@ -156,8 +163,10 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	s.epochs.Store(cfg.EpochBase)
 	s.logs.max = cfg.MaxLogBytes
+	s.coinSeed = mix64(cmp.Or(cfg.Seed, cfg.EpochBase) ^ 0x243f6a8885a308d3)
 	for i := range s.shards {
 		s.shards[i].slots = make([]slot, minTable)
+		s.shards[i].rnd = s.coinSeed + uint64(i)*0x9e3779b97f4a7c15
 	}
 	return s
 }
@@ -207,6 +216,7 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	st := sl.stateFor(lim)
 	if s.track && sl.tracked().born != 0 {
 		if held, wait := s.heldBack(sl.tracked(), lim, cost, now); held {
+			sh.touch(sl, lim) // ask for the cluster's view of the key (share.go)
 			r, _ = st.decide(lim, cost, 0, false, now)
 			r.Allowed, r.RetryAfter = false, max(r.RetryAfter, wait)
 			sh.mu.Unlock()
@@ -214,6 +224,9 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 		}
 	}
 	switch {
+	case s.track && l.maxWait == 0 && sh.beyondShare(sl.tracked(), st, lim, cost, now):
+		r, _ = st.decide(lim, cost, 0, false, now) // beyond this node's share of the balance (share.go)
+		r.Allowed, r.RetryAfter = false, max(r.RetryAfter, time.Duration(float64(cost)*lim.nanosPerToken))
 	case lim.algo == AlgoTokenBucket && l == leeway{}:
 		r = (*Bucket)(st).Take(lim, cost, now) // the common case, called directly
 	case lim.algo == AlgoGCRA && l == leeway{}:
@@ -232,6 +245,8 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 		if r.Allowed {
 			s.advanceFloor(t, lim, cost, now)
 			sh.record(sl, cost, st.window(lim, now))
+		} else if s.firstMembers.Load() > 1 {
+			sh.touch(sl, lim) // keeps this node hearing of a key it is refused (share.go)
 		}
 	}
 	s.attachLog(sl)
@@ -349,6 +364,7 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 			t := d.tracking()
 			fn(Consumption{NS: d.ns, Key: d.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
 			t.sent = t.used
+			t.users &^= touchQueued
 			sh.dirty[j] = dirtyKey{}
 		}
 		sh.dirty = sh.dirty[:0]

@@ -158,6 +158,11 @@ type tracking struct {
 	// floor is when this daemon's own admissions of the key have caught up
 	// with its fair floor (Unix nanoseconds, see floor.go).
 	floor int64
+	// users is how many nodes of the cluster use the key, as its owner last
+	// said (0: not known), with touchQueued set while a touch of the key is
+	// on the dirty list; until is when that word goes stale (Unix seconds).
+	// See share.go.
+	users, until uint32
 }
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local

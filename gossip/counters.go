@@ -43,7 +43,7 @@ func (s *Syncer) round() {
 		transmits = retransmits(others + 1)
 	}
 	for _, c := range own {
-		if !s.staleLocked(c) { // consumption a reset forgave is not reported
+		if !s.staleLocked(c) && s.ownSendLocked(c, owner) { // consumption a reset forgave is not reported; touches: ownershare.go
 			s.queueLocked(s.self, c, ownTransmits(c, transmits))
 		}
 	}

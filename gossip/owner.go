@@ -137,7 +137,8 @@ type ownedKey struct {
 	heard time.Duration // the last contribution, since the syncer's birth
 	total uint64
 	subs  map[string]*ownerSub
-	dirty bool // a contribution arrived since the last answers
+	dirty bool   // a contribution arrived since the last answers
+	users uint64 // contributors heard lately (ownershare.go)
 }
 
 // ownerSub is one contributor to an aggregate.
@@ -148,6 +149,7 @@ type ownerSub struct {
 	sent      uint64 // others, as last told to it
 	needAck   bool
 	heard     time.Duration // its last counter, since born
+	seen      time.Duration // its last counter or touch (ownershare.go)
 	answered  time.Duration // its last answer, since born
 	allow     allowance
 }
@@ -178,6 +180,7 @@ type ownerState struct {
 	// MaxSeen entries.
 	waiting  map[[2]string]uint64
 	failover map[[2]string]failover
+	lastOwn  map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
 }
 
 // failover is a key's counters sent to the replica instead of owner since
@@ -417,8 +420,9 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			continue
 		}
 		o.dirty = false
+		s.countUsersLocked(k, o, now)
 		for name, sub := range o.subs {
-			if now-sub.heard > s.subTTL() {
+			if now-sub.lastHeard() > s.subTTL() {
 				delete(o.subs, name)
 				s.owner.subs--
 				continue
@@ -439,11 +443,11 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			sub.answered = now
 			w := writers[name]
 			if w == nil {
-				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
+				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at, users: readsUsers(s.peers[name])}
 				writers[name] = w
 			}
 			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.sent,
-				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi})
+				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi, users: o.users})
 			sub.sent, sub.needAck = others, false
 		}
 		if len(o.subs) == 0 && now-o.heard > s.cfg.SeenTTL {
@@ -567,7 +571,7 @@ func (s *Syncer) aggregateOwnLocked(c Counter, now time.Duration) {
 	d := c.Used - c.Prev
 	sub.contrib += d
 	o.total += d
-	sub.heard, o.heard = now, now
+	sub.heard, sub.seen, o.heard = now, now, now
 	o.dirty = o.dirty || d > 0
 }
 
@@ -582,7 +586,7 @@ func (s *Syncer) aggregateLocked(bounded bool, a Allowance, origin string, c Cou
 	if sub == nil {
 		return 0
 	}
-	sub.heard, sub.needAck, o.dirty, o.heard = now, true, true, now
+	heardFromLocked(o, sub, c, now)
 	switch {
 	case c.Epoch < sub.epoch:
 		return 0 // a late counter of an epoch left behind
@@ -617,11 +621,12 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	var charges []charge
+	var users []keyUsers
 	var err error
 	if kind == msgOwnerCounters {
 		charges, err = s.receiveOwnerCounters(b)
 	} else {
-		charges, err = s.receiveAnswer(b)
+		charges, users, err = s.receiveAnswer(b)
 	}
 	if err != nil {
 		s.stats.BadPackets.Add(1)
@@ -629,6 +634,7 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	s.charge(charges)
+	s.tellUsers(users) // after the charges: a count ends a first-contact hold
 }
 
 // receiveOwnerCounters counts a contributor's counters into this node's
@@ -678,23 +684,23 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 
 // receiveAnswer applies an owner's answer: what it adds to what this node
 // heard from that aggregate is charged, and the acknowledged part of this
-// node's own counters stops being sent.
-func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
+// node's own counters stops being sent. It returns the charges and the
+// counts of users the answer carries (ownershare.go).
+func (s *Syncer) receiveAnswer(b []byte) (charges []charge, users []keyUsers, err error) {
 	sender, sentAt, answers, err := decodeAnswer(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
-	var charges []charge
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkStampLocked(sender, sentAt, true); err != nil {
-		return nil, fmt.Errorf("owner answer from %.64q: %w", sender, err)
+		return nil, nil, fmt.Errorf("owner answer from %.64q: %w", sender, err)
 	}
 	if !s.ownerModeLocked() {
 		s.stats.IgnoredPackets.Add(1) // in another mode, counters come from their origins
-		return nil, nil
+		return nil, nil, nil
 	}
 	others := max(1, s.othersLocked())
 	for _, a := range answers {
@@ -715,8 +721,11 @@ func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
 		if tokens := s.heardLocked(sender, a, now, bounded != nil, al, others); tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
+		if a.users > 0 {
+			users = append(users, keyUsers{a.rule, a.key, a.window, a.users})
+		}
 	}
-	return charges, nil
+	return charges, users, nil
 }
 
 // heardLocked records an answer and returns the tokens it adds. Caller

@@ -230,7 +230,7 @@ func TestAnswersChargeIncrementsAndAck(t *testing.T) {
 	answer := func(from string, gen, prev, others, ackUsed uint64) {
 		w := &answerWriter{limit: 1300, sender: from, at: uint64(time.Now().UnixNano())}
 		w.add(ownerAnswer{rule: "api", key: "k", gen: gen, prev: prev, others: others, ackEpoch: 4, ackUsed: ackUsed})
-		charges, err := s.receiveAnswer(w.packets()[0])
+		charges, _, err := s.receiveAnswer(w.packets()[0])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@ import (
 //
 //	to the owner   [4, sender, [origin], [[0, rule, key, epoch, prev, used(, window)], ...], sent_at]
 //	owner answer   [5, sender, [[rule, key, gen, prev, others, ack_epoch, ack_used(, window)], ...], sent_at]
+//	               entries to a receiver that reads users (protoOwnerShare, ownershare.go):
+//	               [rule, key, gen, prev, others, ack_epoch, ack_used, window, users], window 0 included
 //
 // Kind 4 is a counters packet (wire.go) under another kind: the sender's
 // own cumulative counters, for the keys the receiver owns. Its one origin
@@ -25,7 +27,9 @@ import (
 // others−prev, so what it missed is not charged, which errs toward
 // admitting more); ack_epoch and ack_used are the highest of the
 // receiver's own counters the owner has counted (the receiver stops
-// repeating them). Both kinds are sent only to members that advertise
+// repeating them); users, sent only to receivers that advertise
+// protoOwnerShare, is how many nodes use the key lately. Both kinds are
+// sent only to members that advertise
 // protoOwner; nodes of earlier versions that do receive one ignore it
 // (kinds above 3 are ignored) or, before resets existed, drop it as
 // malformed. Neither is ever relayed.
@@ -50,6 +54,7 @@ type ownerAnswer struct {
 	window            uint64
 	gen, prev, others uint64
 	ackEpoch, ackUsed uint64
+	users             uint64 // 0: not sent (ownershare.go)
 }
 
 // toOwnerPacket turns a counters packet made by packetWriter into an
@@ -78,6 +83,7 @@ type answerWriter struct {
 	limit  int
 	sender string
 	at     uint64 // the instant every packet is stamped with
+	users  bool   // the receiver reads users (entries of 9 fields)
 	body   []byte
 	n      int
 	out    [][]byte
@@ -88,13 +94,22 @@ func (w *answerWriter) add(a ownerAnswer) {
 	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxAnswerEntries) {
 		w.flush()
 	}
-	b := mp.AppendArrayHeader(w.body, entryFields(7, a.window))
+	fields := entryFields(7, a.window)
+	if w.users {
+		fields = 9
+	}
+	b := mp.AppendArrayHeader(w.body, fields)
 	b = mp.AppendStr(b, a.rule)
 	b = mp.AppendStr(b, a.key)
 	for _, v := range [...]uint64{a.gen, a.prev, a.others, a.ackEpoch, a.ackUsed} {
 		b = mp.AppendUint(b, v)
 	}
-	w.body = appendWindow(b, a.window)
+	if w.users {
+		b = mp.AppendUint(mp.AppendUint(b, a.window), a.users)
+	} else {
+		b = appendWindow(b, a.window)
+	}
+	w.body = b
 	w.n++
 }
 
@@ -144,8 +159,8 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 	answers = make([]ownerAnswer, 0, min(n, 64))
 	for range n {
 		m, err := d.ArrayLen()
-		if err != nil || (m != 7 && m != 8) {
-			return fail(orMalformed(err, &d, "entry must have 7 or 8 fields"))
+		if err != nil || m < 7 || m > 9 {
+			return fail(orMalformed(err, &d, "entry must have 7 to 9 fields"))
 		}
 		var a ownerAnswer
 		if a.rule, err = str(&d, maxRuleLen, "rule"); err != nil {
@@ -162,7 +177,14 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 		if a.prev > a.others {
 			return fail(d.Fail("prev above others"))
 		}
-		if a.window, err = readWindow(&d, m, 7); err != nil {
+		if m == 9 { // window always, then users
+			if a.window, err = d.Uint(); err != nil {
+				return fail(err)
+			}
+			if a.users, err = d.Uint(); err != nil {
+				return fail(err)
+			}
+		} else if a.window, err = readWindow(&d, m, 7); err != nil {
 			return fail(err)
 		}
 		answers = append(answers, a)

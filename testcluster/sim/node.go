@@ -114,6 +114,14 @@ func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
 	return gossip.Allowance{Burst: float64(lim.Burst()), PerSecond: lim.PerSecond()}, true
 }
 
+var _ gossip.UsersLedger = ledger{}
+
+func (l ledger) Users(rule, key string, _, users uint64) {
+	if _, ns, ok := l.s.lim.of(rule); ok {
+		l.n.store.SetUsers(ns, []byte(key), users, l.s.clock())
+	}
+}
+
 func (l ledger) Balance(rule, key string) (float64, gossip.Counter) {
 	lim, ns, ok := l.s.lim.of(rule)
 	if !ok {

@@ -97,19 +97,19 @@ func nameOf(i int, gen uint32) string {
 // and a syncer over the simulated membership.
 func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	n := &node{i: i, gen: gen, name: nameOf(i, gen), alive: true}
+	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
 	n.store = bucket.NewStore(bucket.StoreConfig{MaxKeys: max(4096, 4*len(s.keys)), Shards: 1, TrackConsumption: true,
-		EpochBase: uint64(s.clock().UnixNano())})
+		EpochBase: uint64(s.clock().UnixNano()), Seed: seed + 1})
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}
-	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 1}
+	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: s.dmax(i)}
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
 		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
 	n.syncer = sy
-	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
 	if n.dg, n.ev, err = sy.Simulate(membership{s, n}, s.clock, seed); err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}

@@ -1,0 +1,167 @@
+package bucket
+
+import (
+	"testing"
+	"time"
+)
+
+// A thousand nodes new to a key of burst 100, each calling once during its
+// hold: each is admitted with probability 1/10 (its share rounded at
+// random), so the cluster admits about one burst, not a thousand tokens;
+// and a node asked again within its hold is not given another chance.
+func TestFirstShareBelowOneTokenIsRoundedAtRandom(t *testing.T) {
+	lim, err := NewLimit(100, time.Second, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	key := []byte("k")
+	tests := []struct {
+		name      string
+		calls     int // per node, at the same instant
+		low, high int // admitted by the thousand nodes
+	}{
+		{name: "one call each", calls: 1, low: 70, high: 130},
+		{name: "five calls each: no second chance", calls: 5, low: 70, high: 130},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			admitted := 0
+			for node := range 1000 {
+				s := NewStore(StoreConfig{TrackConsumption: true, Seed: uint64(node + 1)})
+				s.SetFirstShare(1000, time.Second)
+				got := 0
+				for range tt.calls {
+					if r, _ := s.Take(1, key, lim, 1, t0); r.Allowed {
+						got++
+					}
+				}
+				if got > 1 {
+					t.Fatalf("node %d admitted %d during its hold, want at most 1", node, got)
+				}
+				admitted += got
+			}
+			if admitted < tt.low || admitted > tt.high {
+				t.Fatalf("the cluster admitted %d, want %d to %d (one burst of 100, in expectation)", admitted, tt.low, tt.high)
+			}
+		})
+	}
+}
+
+// A take held to its first share touches the key: DrainDirty reports it
+// once, with nothing new admitted; so does a refusal after the hold, and
+// nothing is touched in a cluster of one.
+func TestRefusedTakesTouchTheKey(t *testing.T) {
+	lim, _ := NewLimit(10, time.Second, 10)
+	t0 := time.Unix(1_700_000_000, 0)
+	key := []byte("k")
+	drain := func(s *Store) []Consumption {
+		var out []Consumption
+		s.DrainDirty(func(c Consumption) { out = append(out, c) })
+		return out
+	}
+	t.Run("held", func(t *testing.T) {
+		s := NewStore(StoreConfig{TrackConsumption: true, Seed: 1})
+		s.SetFirstShare(1000, time.Second)
+		admitted := 0
+		for range 3 {
+			if r, _ := s.Take(1, key, lim, 1, t0); r.Allowed {
+				admitted++
+			}
+		}
+		got := drain(s)
+		if len(got) != 1 || int(got[0].Used) != admitted {
+			t.Fatalf("drained %+v after %d admitted, want one entry", got, admitted)
+		}
+		if admitted == 0 && got[0].Used != got[0].Prev {
+			t.Fatalf("a touch reported consumption: %+v", got[0])
+		}
+		if got := drain(s); len(got) != 0 {
+			t.Fatalf("drained again: %+v", got)
+		}
+	})
+	t.Run("refused after the hold", func(t *testing.T) {
+		s := NewStore(StoreConfig{TrackConsumption: true, Seed: 1})
+		s.SetFirstShare(2, time.Millisecond)
+		at := t0.Add(time.Second)
+		s.Take(1, key, lim, 1, t0)
+		for range 20 {
+			s.Take(1, key, lim, 1, at)
+		}
+		drain(s)
+		for range 5 {
+			if r, _ := s.Take(1, key, lim, 1, at); r.Allowed {
+				t.Fatal("admitted beyond the burst")
+			}
+		}
+		got := drain(s)
+		if len(got) != 1 || got[0].Used != got[0].Prev || got[0].Used != 11 {
+			t.Fatalf("drained %+v, want one touch at 11", got)
+		}
+	})
+	t.Run("alone", func(t *testing.T) {
+		s := NewStore(StoreConfig{TrackConsumption: true, Seed: 1})
+		for range 20 {
+			s.Take(1, key, lim, 1, t0)
+		}
+		drain(s)
+		s.Take(1, key, lim, 1, t0)
+		if got := drain(s); len(got) != 0 {
+			t.Fatalf("drained %+v in a cluster of one", got)
+		}
+	})
+}
+
+// With the owner's count of users, a node admits from a full balance of
+// 100 only its share: taken a thousand times at one instant by one node
+// told of 1,000 users (a peer charged one), each take is admitted with probability balance/1000
+// (about 63 in all: 99 × (1 − 1/e)). Once the count is stale, or with
+// one user, the balance alone decides. SetUsers also ends the hold.
+func TestTakesBeyondTheirShareOfTheBalanceAreDrawn(t *testing.T) {
+	lim, _ := NewLimit(100, time.Second, 100)
+	t0 := time.Unix(1_700_000_000, 0)
+	key := []byte("k")
+	tests := []struct {
+		name      string
+		users     uint64
+		at        time.Duration // of the takes, after SetUsers
+		low, high int
+	}{
+		{name: "1000 users", users: 1000, low: 45, high: 80},
+		{name: "1000 users, stale", users: 1000, at: 5 * time.Second, low: 100, high: 100},
+		{name: "one user", users: 1, low: 99, high: 99}, // a peer charged one
+		{name: "ten users: a share of 10 covers every take until the balance is below 10", users: 10, low: 75, high: 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewStore(StoreConfig{TrackConsumption: true, Seed: 7})
+			s.SetFirstShare(1000, time.Hour)
+			s.Charge(1, key, lim, 1, t0) // the bucket exists, held
+			s.SetUsers(1, key, tt.users, t0)
+			at := t0.Add(tt.at)
+			admitted := 0
+			for range 1000 {
+				if r, _ := s.Take(1, key, lim, 1, at); r.Allowed {
+					admitted++
+				}
+			}
+			if admitted < tt.low || admitted > tt.high {
+				t.Fatalf("admitted %d of 1000, want %d to %d", admitted, tt.low, tt.high)
+			}
+		})
+	}
+}
+
+// A take drawn against its share allocates nothing, nor does a touch.
+func TestShareAllocatesNothing(t *testing.T) {
+	lim, _ := NewLimit(1_000_000, time.Second, 1_000_000)
+	s := NewStore(StoreConfig{TrackConsumption: true, Seed: 3})
+	s.SetFirstShare(10, time.Hour)
+	t0 := time.Unix(1_700_000_000, 0)
+	key := []byte("k")
+	s.Take(1, key, lim, 1, t0)
+	s.SetUsers(1, key, 10_000_000, t0)
+	if a := testing.AllocsPerRun(1000, func() { s.Take(1, key, lim, 1, t0) }); a != 0 {
+		t.Fatalf("a take against a share allocated %v times", a)
+	}
+}

@@ -1,0 +1,137 @@
+package gossip
+
+import (
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Owner mode's shares (issue 20): what a node may admit of a key before
+// and while it hears the cluster's view from the key's owner.
+//
+//   - Touches. A node's store reports a key it refused, or held to its
+//     first share, as a counter with nothing new admitted (Used == Prev:
+//     bucket/share.go). In owner mode such a counter goes to the key's
+//     owner like any other, which makes the node a contributor of the
+//     key's aggregate: its first answer tells a newcomer the key's debt
+//     (newcomerPrevLocked) before its first-contact hold ends, and a node
+//     refused for long keeps hearing of the key (without touches its
+//     subscription lapsed after ownerSubTTL and its bucket refilled
+//     unseen). A node sends a key's touch at most once per keep-alive
+//     (half the users window below) since its last counter of the key;
+//     other modes drop touches.
+//   - Users. An owner counts, per aggregate, the contributors it heard
+//     (counters or touches) within the users window, and tells each
+//     receiver that reads it (delegate protocol protoOwnerShare) the count
+//     in its answers; the receiver's ledger (UsersLedger) then admits from
+//     a positive balance only its share of it (bucket.Store.SetUsers). The
+//     users window is half the time the limit's rate takes to refill its
+//     burst, between two gossip intervals and a second: a node that calls a
+//     key rarely is counted only while it calls, so the shares of the
+//     nodes calling now sum to about the balance.
+//
+// Failures err toward admitting: a node that hears no count (an owner of
+// an earlier version, a lost owner, a receiver of an earlier version)
+// decides on its balance alone, as before; a count goes stale after a few
+// seconds without answers; an owner that never hears a touch sends the
+// first-contact newcomer nothing, and its hold ends on time.
+
+// protoOwnerShare is the delegate protocol version of nodes that read the
+// users count in owner answers (memberlist's DelegateProtocolMax).
+const protoOwnerShare = 3
+
+// readsUsers reports whether member n reads the users count in answers.
+func readsUsers(n memberlist.Node) bool { return n.DMax >= protoOwnerShare }
+
+// usersWindow bounds: see usersWindowLocked.
+const maxUsersWindow = time.Second
+
+// UsersLedger is a Ledger that takes, in owner mode, how many nodes of the
+// cluster use a key now, as the key's owner counts them (see
+// bucket.Store.SetUsers). Optional: a ledger without it decides on its
+// balance alone.
+type UsersLedger interface {
+	Users(rule, key string, window, users uint64)
+}
+
+// keyUsers is one answer's count of users of a key.
+type keyUsers struct {
+	rule, key     string
+	window, users uint64
+}
+
+// tellUsers passes answers' counts of users to the ledger.
+func (s *Syncer) tellUsers(users []keyUsers) {
+	l, ok := s.ledger.(UsersLedger)
+	if !ok {
+		return
+	}
+	for _, u := range users {
+		l.Users(u.rule, u.key, u.window, u.users)
+	}
+}
+
+// usersWindowLocked is how recently a contributor of (rule, key) must have
+// been heard to count as a user: half the limit's burst over its rate,
+// between two gossip intervals and maxUsersWindow. Caller holds s.mu.
+func (s *Syncer) usersWindowLocked(rule, key string) time.Duration {
+	w := maxUsersWindow
+	if b, ok := s.ledger.(BoundedLedger); ok {
+		if a, ok := b.Allowance(rule, key); ok && a.PerSecond > 0 {
+			w = min(w, time.Duration((a.Burst-a.Soft)/a.PerSecond/2*float64(time.Second)))
+		}
+	}
+	return max(w, 2*s.cfg.GossipInterval)
+}
+
+// ownSendLocked decides whether this node's own counter c, drained from
+// the ledger, is queued: a touch (nothing new admitted) only in owner mode
+// and at most once per keep-alive since the key's last counter; and it
+// notes when the key's counters were last queued. Caller holds s.mu.
+func (s *Syncer) ownSendLocked(c Counter, owner bool) bool {
+	touch := c.Used == c.Prev
+	if !owner {
+		return !touch
+	}
+	k := [2]string{c.Rule, c.Key}
+	now := s.sinceBorn()
+	if touch {
+		if last, ok := s.owner.lastOwn[k]; ok && now-last < s.usersWindowLocked(c.Rule, c.Key)/2 {
+			return false
+		}
+	}
+	if s.owner.lastOwn == nil || len(s.owner.lastOwn) >= s.cfg.MaxSeen {
+		s.owner.lastOwn = map[[2]string]time.Duration{} // forgetting sends more touches, never fewer
+	}
+	s.owner.lastOwn[k] = now
+	return true
+}
+
+// heardFromLocked notes a counter c from contributor sub of aggregate o:
+// any counter keeps the contributor a user and asks for an answer; one
+// that admitted something (or a new contributor's first) makes it active
+// (answered every interval the key changes, see ownerActiveTTL); a touch
+// alone does not. Caller holds s.mu.
+func heardFromLocked(o *ownedKey, sub *ownerSub, c Counter, now time.Duration) {
+	if c.Used != c.Prev || sub.seen == 0 {
+		sub.heard, o.heard = now, now
+	}
+	sub.seen, sub.needAck, o.dirty = now, true, true
+}
+
+// lastHeard is when a contributor was last heard, by counter or touch.
+func (sub *ownerSub) lastHeard() time.Duration { return max(sub.heard, sub.seen) }
+
+// countUsersLocked sets o.users: its contributors heard within the users
+// window of k (this node included when it uses the key). Caller holds
+// s.mu.
+func (s *Syncer) countUsersLocked(k aggKey, o *ownedKey, now time.Duration) {
+	w := s.usersWindowLocked(k.rule, k.key)
+	n := uint64(0)
+	for _, sub := range o.subs {
+		if now-sub.lastHeard() <= w {
+			n++
+		}
+	}
+	o.users = max(n, 1)
+}
