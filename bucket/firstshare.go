@@ -19,7 +19,7 @@ import (
 // calls it once is admitted with probability share). The hold is one
 // propagation delay: by its end this daemon has heard what the others
 // admitted meanwhile, and its balance says the rest; in owner mode it ends
-// as soon as the key's owner answers (SetUsers), which a held take asks
+// as soon as the key's owner answers (SetOwnerView), which a held take asks
 // for (share.go). A node that hears nobody (lost packets, a partition) is
 // held back only for the hold: it then admits its full balance, erring
 // toward admitting.

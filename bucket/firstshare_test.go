@@ -30,7 +30,7 @@ func TestNewBucketsAreHeldToTheirFirstShare(t *testing.T) {
 		{name: "ten members: a tenth of the burst and of the rate", members: 10, takes: []take{
 			{n: 15, admit: 10, minWait: 10 * time.Millisecond},
 			{at: 100 * time.Millisecond, n: 15, admit: 2, atLeast: 1}, // (100 + 10) / 10 rounded at random
-			{at: 400 * time.Millisecond, n: 120, admit: 100}}}, // 88 or 89 left and 40 refilled, capped at the burst
+			{at: 400 * time.Millisecond, n: 120, admit: 100}}},        // 88 or 89 left and 40 refilled, capped at the burst
 		{name: "a peer's charge made it: held too", members: 10, charge: 5, takes: []take{{n: 15, admit: 10}}},
 		{name: "learnt from a peer's balance: not held", members: 10, adopt: true, takes: []take{{n: 120, admit: 99}}},
 		{name: "windowed: not held", members: 10, algo: AlgoFixedWindow, takes: []take{{n: 120, admit: 100}}},

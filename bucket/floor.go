@@ -45,8 +45,8 @@ const floorSlack = 4
 // limit over 5 s at 10 nodes and 200 ms.) The caller holds the shard's lock.
 func (s *Store) floorAdmits(t *tracking, lim Limit, balance float64, now time.Time) bool {
 	members := s.firstMembers.Load()
-	if members <= 1 || lim.algo.Windowed() {
-		return false
+	if members <= 1 || lim.algo.Windowed() || viewed(t, now) {
+		return false // an owner's view of the key shares it instead (share.go)
 	}
 	if t.floor == 0 { // the floor starts at this node's first use: no credit for the time before
 		t.floor = now.UnixNano() + int64(floorPer(lim, members))

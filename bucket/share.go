@@ -1,22 +1,32 @@
 package bucket
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // A node's share of a key's balance (issue 20, owner mode at large N).
 //
 // In owner mode (gossip/owner.go) every node that uses a key hears the
-// cluster's view of it from the key's owner, a gossip delay late, and
-// decides on that view. When the view turns positive (a refill after a
-// debt, or at first) every node using the key sees it at about the same
-// moment and each would admit: the overshoot per refill grows with the
-// number of nodes. So the owner also tells each node how many nodes use the
-// key now (SetUsers), and a node admits from a positive balance b only its
-// share of it, b/users: a take whose cost is beyond that share is admitted
-// with probability share/cost (a coin of the store's seeded generator),
-// so the cluster admits about b, whatever the number of nodes, and each
-// node's admissions follow its own demand. A node that has not heard the
-// count lately (SetUsers' word goes stale after usersTTL) decides on its
-// balance alone: what it does not know errs toward admitting more.
+// cluster's view of it from the key's owner, a gossip delay late (an idle
+// node up to a second late), and decides on that view. When the view
+// turns positive (a refill after a debt, or at first) every node using
+// the key sees it at about the same moment and each would admit: the
+// overshoot per refill grows with the number of nodes; and a node whose
+// view is stale sees its bucket refilled by the rate while the others
+// spent the refill. So the owner also tells each node how many nodes use
+// the key now (SetOwnerView), and a node admits, between two answers, only
+// its share of what the cluster may admit: (the balance at the answer +
+// the rate since, at most the burst) / users, less what it admitted
+// since; a share below one token is rounded up or down at random, once
+// per answer (so calling many times is no more chances). The cluster then
+// admits about its balance plus the refill whatever its size, and each
+// node admits as it calls. This is the first-contact hold's rule
+// (firstshare.go) with the owner's count of users for the members, and
+// the key's balance at the last answer for the burst. A node that has not
+// heard the count for long (usersTTL), or whose counters of the key went
+// unanswered (gossip tells it: SetOwnerView with 0), decides on its balance
+// alone: what it does not know errs toward admitting more.
 //
 // A node that is refused a key, or held to its first share, asks to hear
 // of it: the take puts the key on the dirty list with nothing new admitted
@@ -29,19 +39,40 @@ import "time"
 // dirty list (so a key refused many times between drains is listed once).
 const touchQueued = 1 << 31
 
-// usersTTL is how long a count of users from the owner holds, in seconds:
-// the owner answers a node that uses a key at least once a second.
-const usersTTL = 3
+// Ticks: the time of an answer is kept in 32 bits of 2^22 ns (4.2 ms),
+// compared modulo 2^32 (a count older than 208 days could read as fresh).
+const tickShift = 22
+
+func tick(now time.Time) uint32 { return uint32(now.UnixNano() >> tickShift) }
+
+// usersTTL is how long a count of users from the owner holds. A node that
+// calls a key rarely hears of it only while it calls: between its calls
+// it keeps its last count, and its share refills up to burst/users (what
+// a node calling once in a while may take, whatever the cluster's size);
+// a node that loses the key's owner is told so (SetOwnerView with 0 users)
+// and decides on its balance alone.
+const usersTTL = time.Minute
 
 // maxUsers caps the count a store holds.
 const maxUsers = touchQueued - 1
 
-// SetUsers notes that users nodes of the cluster use the key now, as the
-// key's owner says (see above), and ends the key's first-contact hold:
-// this node has heard the cluster's view of it. A key the store holds no
-// bucket for is left alone. Safe to call concurrently with everything
-// else.
-func (s *Store) SetUsers(ns Namespace, key []byte, users uint64, now time.Time) {
+// OwnerView is what a key's owner says of it (gossip's owner mode): how
+// many nodes use it (0: the owner is lost, decide on the balance alone),
+// and its balance as the owner sees it (NaN: not said), having counted this
+// node's own admissions up to Counted in the bucket epoch Epoch.
+type OwnerView struct {
+	Users          uint64
+	Balance        float64
+	Epoch, Counted uint64
+}
+
+// SetOwnerView notes what the key's owner says of it (see above) and ends
+// the key's first-contact hold: this node has heard the cluster's view of
+// it. The balance a share is taken of is the owner's, less this node's
+// admissions it has not counted yet, or, when the owner did not say, the
+// key's balance here under lim. A key the store holds no bucket for is
+// left alone. Safe to call concurrently with everything else.
+func (s *Store) SetOwnerView(ns Namespace, key []byte, lim Limit, v OwnerView, now time.Time) {
 	if !s.track || s.validateKey(key) != nil {
 		return
 	}
@@ -49,30 +80,51 @@ func (s *Store) SetUsers(ns Namespace, key []byte, users uint64, now time.Time) 
 	sh.mu.Lock()
 	if sl := sh.get(h, ns, key); sl != nil {
 		t := sl.tracked()
-		t.users = t.users&touchQueued | uint32(min(users, maxUsers))
-		t.until = uint32(now.Unix() + usersTTL)
-		t.born = 0
+		t.users = t.users&touchQueued | uint32(min(v.Users, maxUsers))
+		t.heard, t.usedAt, t.born = tick(now), uint32(t.used), 0
+		b := v.Balance
+		switch {
+		case math.IsNaN(b):
+			b = sl.stateFor(lim).balance(lim, now)
+		case v.Epoch == t.epoch && v.Counted <= t.used:
+			b -= float64(t.used - v.Counted)
+		case v.Epoch != t.epoch:
+			b -= float64(t.used)
+		}
+		t.ans = float32(min(b, float64(lim.burst)))
 	}
 	sh.mu.Unlock()
 }
 
-// beyondShare reports whether a take of cost, on a key whose owner said
-// how many nodes use it, goes beyond this node's share of a balance that
-// would admit it (and lost the coin). The caller holds the shard's lock.
-func (sh *shard) beyondShare(t *tracking, st *state, lim Limit, cost int64, now time.Time) bool {
+// beyondShare reports whether a take of cost goes beyond this node's share
+// of a key whose owner said how many nodes use it (see above). The caller
+// holds the shard's lock.
+func (s *Store) beyondShare(t *tracking, st *state, lim Limit, cost int64, now time.Time) bool {
 	users := t.users &^ touchQueued
-	if users <= 1 || int64(t.until) <= now.Unix() || lim.algo.Windowed() {
+	if users <= 1 || lim.algo.Windowed() {
 		return false
 	}
-	b := st.balance(lim, now)
-	if b < float64(cost) {
-		return false // the balance refuses it anyway
+	age := viewAge(t, now)
+	if age > usersTTL || st.balance(lim, now) < float64(cost) {
+		return false // stale; or the balance refuses it anyway
 	}
-	share := b / float64(users)
-	if share >= float64(cost) {
-		return false
-	}
-	return sh.coin() >= share/float64(cost)
+	pool := min(float64(lim.burst), float64(t.ans)+float64(age)/lim.nanosPerToken)
+	share := pool/float64(users) - float64(uint32(t.used)-t.usedAt)
+	return float64(cost) > math.Floor(share+s.offset(t.epoch^uint64(t.heard)<<32))
+}
+
+// viewAge is the time since the key's owner last said how many use it.
+func viewAge(t *tracking, now time.Time) time.Duration {
+	return time.Duration(uint32(tick(now)-t.heard)) << tickShift
+}
+
+// viewed reports whether the key's owner said lately how many nodes use
+// it (not that its owner is lost): its shares then keep each node near its
+// demand, and the fair floor (floor.go) stands aside. At large N floors
+// started together come due together, every members / rate seconds, and
+// admit a token on every node at once.
+func viewed(t *tracking, now time.Time) bool {
+	return t.users&^touchQueued >= 1 && viewAge(t, now) <= usersTTL
 }
 
 // touch puts the slot's key on the dirty list with nothing new admitted,
@@ -87,17 +139,11 @@ func (sh *shard) touch(sl *slot, lim Limit) {
 	sh.dirty = append(sh.dirty, dirtyKey{p: sl.p, ns: sl.ns, size: uint32(sl.keyLen())})
 }
 
-// coin draws a uniform number in [0, 1) from the shard's generator. The
-// caller holds sh.mu.
-func (sh *shard) coin() float64 {
-	sh.rnd += 0x9e3779b97f4a7c15
-	return unit(mix64(sh.rnd))
-}
-
-// offset is a bucket's fixed rounding of its first share (firstshare.go),
-// uniform in [0, 1) and drawn once per bucket (from its epoch), so that a
-// bucket asked many times is not given a new chance each time.
-func (s *Store) offset(epoch uint64) float64 { return unit(mix64(s.coinSeed ^ epoch)) }
+// offset is the fixed rounding of a share (firstshare.go, above), uniform
+// in [0, 1) and drawn once per bucket and answer (from its epoch and the
+// answer's time: x), so that a bucket asked many times is not given a new
+// chance each time.
+func (s *Store) offset(x uint64) float64 { return unit(mix64(s.coinSeed ^ x)) }
 
 // unit maps 64 random bits to [0, 1).
 func unit(x uint64) float64 { return float64(x>>11) / (1 << 53) }

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -112,41 +113,48 @@ func TestRefusedTakesTouchTheKey(t *testing.T) {
 	})
 }
 
-// With the owner's count of users, a node admits from a full balance of
-// 100 only its share: taken a thousand times at one instant by one node
-// told of 1,000 users (a peer charged one), each take is admitted with probability balance/1000
-// (about 63 in all: 99 × (1 − 1/e)). Once the count is stale, or with
-// one user, the balance alone decides. SetUsers also ends the hold.
-func TestTakesBeyondTheirShareOfTheBalanceAreDrawn(t *testing.T) {
+// With the owner's count of users, a node admits between two answers only
+// its share of what the cluster may admit: (the balance at the answer +
+// the rate since, at most the burst) / users, less what it admitted since,
+// a share below one token rounded at random once
+// per answer. Once the count is stale, with one user, or with the owner
+// lost (0 users), the balance alone decides.
+func TestTakesBeyondTheirShareAreRefused(t *testing.T) {
 	lim, _ := NewLimit(100, time.Second, 100)
 	t0 := time.Unix(1_700_000_000, 0)
 	key := []byte("k")
 	tests := []struct {
 		name      string
+		nodes     int // stores, each told the count, each taking
 		users     uint64
-		at        time.Duration // of the takes, after SetUsers
-		low, high int
+		takes     int
+		at        time.Duration // of the takes, after the answer
+		low, high int           // admitted by all the nodes
 	}{
-		{name: "1000 users", users: 1000, low: 45, high: 80},
-		{name: "1000 users, stale", users: 1000, at: 5 * time.Second, low: 100, high: 100},
-		{name: "one user", users: 1, low: 99, high: 99}, // a peer charged one
-		{name: "ten users: a share of 10 covers every take until the balance is below 10", users: 10, low: 75, high: 100},
+		{name: "1000 users: about one burst over a thousand nodes", nodes: 1000, users: 1000, takes: 5, low: 70, high: 130},
+		{name: "1000 users, half a second later: the refill too", nodes: 1000, users: 1000, takes: 5, at: 500 * time.Millisecond, low: 70, high: 130},
+		{name: "ten users: a tenth", nodes: 1, users: 10, takes: 100, low: 9, high: 10},
+		{name: "ten users, five seconds later: at most a tenth of the burst", nodes: 1, users: 10, takes: 200, at: 5 * time.Second, low: 10, high: 10},
+		{name: "ten users, stale", nodes: 1, users: 10, takes: 200, at: 2 * time.Minute, low: 100, high: 100},
+		{name: "the owner lost", nodes: 1, users: 0, takes: 200, low: 99, high: 99},
+		{name: "one user", nodes: 1, users: 1, takes: 200, low: 99, high: 99}, // a peer charged one
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := NewStore(StoreConfig{TrackConsumption: true, Seed: 7})
-			s.SetFirstShare(1000, time.Hour)
-			s.Charge(1, key, lim, 1, t0) // the bucket exists, held
-			s.SetUsers(1, key, tt.users, t0)
-			at := t0.Add(tt.at)
 			admitted := 0
-			for range 1000 {
-				if r, _ := s.Take(1, key, lim, 1, at); r.Allowed {
-					admitted++
+			for node := range tt.nodes {
+				s := NewStore(StoreConfig{TrackConsumption: true, Seed: uint64(node + 1)})
+				s.SetFirstShare(1000, time.Hour)
+				s.Charge(1, key, lim, 1, t0) // the bucket exists, held
+				s.SetOwnerView(1, key, lim, OwnerView{Users: tt.users, Balance: math.NaN()}, t0)
+				for range tt.takes {
+					if r, _ := s.Take(1, key, lim, 1, t0.Add(tt.at)); r.Allowed {
+						admitted++
+					}
 				}
 			}
 			if admitted < tt.low || admitted > tt.high {
-				t.Fatalf("admitted %d of 1000, want %d to %d", admitted, tt.low, tt.high)
+				t.Fatalf("admitted %d, want %d to %d", admitted, tt.low, tt.high)
 			}
 		})
 	}
@@ -160,7 +168,7 @@ func TestShareAllocatesNothing(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	key := []byte("k")
 	s.Take(1, key, lim, 1, t0)
-	s.SetUsers(1, key, 10_000_000, t0)
+	s.SetOwnerView(1, key, lim, OwnerView{Users: 10_000_000, Balance: math.NaN()}, t0)
 	if a := testing.AllocsPerRun(1000, func() { s.Take(1, key, lim, 1, t0) }); a != 0 {
 		t.Fatalf("a take against a share allocated %v times", a)
 	}

@@ -45,9 +45,8 @@ type StoreConfig struct {
 	// predecessor. A daemon passes its start time in nanoseconds, so epochs
 	// also grow across restarts.
 	EpochBase uint64
-	// Seed seeds the store's coins (share.go): the rounding of a first share
-	// below one token and the draws of a share of a balance. Stores of one
-	// cluster should have different seeds; 0 takes EpochBase.
+	// Seed seeds the store's rounding of shares below one token (share.go).
+	// Stores of one cluster should have different seeds; 0 takes EpochBase.
 	Seed uint64
 }
 
@@ -101,7 +100,6 @@ type shard struct {
 	// leftovers are windows' last consumption not yet drained when their
 	// keys moved on to a new window (windowed algorithms only).
 	leftovers []Consumption
-	rnd       uint64 // the shard's coin state (share.go)
 }
 
 // record adds local consumption in window (0 for the buckets), putting the
@@ -166,7 +164,6 @@ func NewStore(cfg StoreConfig) *Store {
 	s.coinSeed = mix64(cmp.Or(cfg.Seed, cfg.EpochBase) ^ 0x243f6a8885a308d3)
 	for i := range s.shards {
 		s.shards[i].slots = make([]slot, minTable)
-		s.shards[i].rnd = s.coinSeed + uint64(i)*0x9e3779b97f4a7c15
 	}
 	return s
 }
@@ -224,7 +221,7 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 		}
 	}
 	switch {
-	case s.track && l.maxWait == 0 && sh.beyondShare(sl.tracked(), st, lim, cost, now):
+	case s.track && l.maxWait == 0 && s.beyondShare(sl.tracked(), st, lim, cost, now):
 		r, _ = st.decide(lim, cost, 0, false, now) // beyond this node's share of the balance (share.go)
 		r.Allowed, r.RetryAfter = false, max(r.RetryAfter, time.Duration(float64(cost)*lim.nanosPerToken))
 	case lim.algo == AlgoTokenBucket && l == leeway{}:

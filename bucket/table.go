@@ -160,9 +160,12 @@ type tracking struct {
 	floor int64
 	// users is how many nodes of the cluster use the key, as its owner last
 	// said (0: not known), with touchQueued set while a touch of the key is
-	// on the dirty list; until is when that word goes stale (Unix seconds).
-	// See share.go.
-	users, until uint32
+	// on the dirty list; heard is when the owner said it (ticks, see
+	// share.go), ans the key's balance then and usedAt the low bits of
+	// used then.
+	users, heard uint32
+	ans          float32
+	usedAt       uint32
 }
 
 // dirtyKey is an entry of a shard's dirty list: a key whose local

@@ -1,17 +1,22 @@
 package daemon
 
-import "github.com/sluicelabs/sluice/gossip"
+import (
+	"github.com/sluicelabs/sluice/bucket"
+	"github.com/sluicelabs/sluice/gossip"
+)
 
-var _ gossip.UsersLedger = ledger{}
+var _ gossip.OwnerViewLedger = ledger{}
 
-// Users takes owner mode's count of the nodes using a key of the limit
-// named rule (gossip/ownershare.go): this daemon then admits from the
-// key's positive balance only its share of it (bucket.Store.SetUsers).
-func (l ledger) Users(rule, key string, _, users uint64) {
+// OwnerView takes owner mode's view of a key of the limit named rule
+// (gossip/ownershare.go): this daemon then admits only its share of the
+// key's balance (bucket.Store.SetOwnerView).
+func (l ledger) OwnerView(rule, key string, _ uint64, v gossip.OwnerView) {
 	defer leave(l.d.fence.enter())
 	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
 		return
 	}
-	l.d.store.SetUsers(ar.ns[i], []byte(key), users, l.d.now())
+	k := []byte(key)
+	l.d.store.SetOwnerView(ar.ns[i], k, ar.LimitsFor(k)[i],
+		bucket.OwnerView{Users: v.Users, Balance: v.Balance, Epoch: v.AckEpoch, Counted: v.AckUsed}, l.d.now())
 }

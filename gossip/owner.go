@@ -133,12 +133,13 @@ type aggKey struct {
 
 // ownedKey is an owner's aggregate for one key.
 type ownedKey struct {
-	born  time.Duration // since the syncer's birth
-	heard time.Duration // the last contribution, since the syncer's birth
-	total uint64
-	subs  map[string]*ownerSub
-	dirty bool   // a contribution arrived since the last answers
-	users uint64 // contributors heard lately (ownershare.go)
+	born    time.Duration // since the syncer's birth
+	heard   time.Duration // the last contribution, since the syncer's birth
+	total   uint64
+	subs    map[string]*ownerSub
+	dirty   bool    // a contribution arrived since the last answers
+	users   uint64  // contributors heard lately (ownershare.go)
+	balance float64 // the key's balance here, as of the last answers (NaN: unknown)
 }
 
 // ownerSub is one contributor to an aggregate.
@@ -178,9 +179,10 @@ type ownerState struct {
 	// answered, the round of the first such send; failover, per key sent to
 	// its replica, the round that began (see ownerFailover). Each at most
 	// MaxSeen entries.
-	waiting  map[[2]string]uint64
-	failover map[[2]string]failover
-	lastOwn  map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
+	waiting   map[[2]string]uint64
+	failover  map[[2]string]failover
+	lastOwn   map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
+	selfUsers []keyUsers                  // counts of users of keys this node owns and uses, for its ledger
 }
 
 // failover is a key's counters sent to the replica instead of owner since
@@ -381,6 +383,7 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 		st.failover[k] = failover{at: st.round, owner: owner}
 		delete(st.waiting, k)
 		owner = replica
+		s.ownerLostLocked(rule, key) // ownershare.go
 	}
 	return owner
 }
@@ -428,10 +431,13 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				continue
 			}
 			others := o.total - sub.contrib
+			if name == s.self {
+				s.selfUsersLocked(k, o) // this node's own share (ownershare.go)
+			}
 			if name == s.self || (others == sub.sent && !sub.needAck) {
 				continue
 			}
-			if now-sub.heard > s.activeTTL() && now-sub.answered < ownerIdlePush {
+			if now-sub.heard > s.activeTTL() && now-sub.answered < ownerIdlePush && !sub.needAck { // a touch is answered at once (ownershare.go)
 				o.dirty = true // an idle contributor's turn comes later
 				continue
 			}
@@ -447,7 +453,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				writers[name] = w
 			}
 			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.sent,
-				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi, users: o.users})
+				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi, users: o.users, balance: o.balance})
 			sub.sent, sub.needAck = others, false
 		}
 		if len(o.subs) == 0 && now-o.heard > s.cfg.SeenTTL {
@@ -722,7 +728,7 @@ func (s *Syncer) receiveAnswer(b []byte) (charges []charge, users []keyUsers, er
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
 		if a.users > 0 {
-			users = append(users, keyUsers{a.rule, a.key, a.window, a.users})
+			users = append(users, keyUsers{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: a.balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
 		}
 	}
 	return charges, users, nil

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"math"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -23,18 +24,26 @@ import (
 //   - Users. An owner counts, per aggregate, the contributors it heard
 //     (counters or touches) within the users window, and tells each
 //     receiver that reads it (delegate protocol protoOwnerShare) the count
-//     in its answers; the receiver's ledger (UsersLedger) then admits from
-//     a positive balance only its share of it (bucket.Store.SetUsers). The
-//     users window is half the time the limit's rate takes to refill its
-//     burst, between two gossip intervals and a second: a node that calls a
-//     key rarely is counted only while it calls, so the shares of the
-//     nodes calling now sum to about the balance.
+//     and the key's balance as the owner sees it in its answers; the
+//     receiver's ledger (OwnerViewLedger) then admits only its share of
+//     that balance and the refill (bucket.Store.SetOwnerView). The owner's
+//     balance, not the receiver's, because a receiver that hears of the key
+//     a second late has its bucket refilled to the burst meanwhile and then
+//     charged the others' consumption: the refill lost to the cap makes its
+//     view lower than the cluster's. The
+//     users window is the time the limit's rate takes to refill its
+//     burst, between two gossip intervals and a second (about how stale an
+//     idle node's view may be): a node that calls a key rarely is counted
+//     only while it calls, so the shares of the nodes calling about now sum
+//     to about the balance and the refill.
 //
 // Failures err toward admitting: a node that hears no count (an owner of
-// an earlier version, a lost owner, a receiver of an earlier version)
-// decides on its balance alone, as before; a count goes stale after a few
-// seconds without answers; an owner that never hears a touch sends the
-// first-contact newcomer nothing, and its hold ends on time.
+// an earlier version, a receiver of an earlier version) decides on its
+// balance alone, as before; so does a node whose counters of a key went
+// unanswered for ownerFailover rounds (told with a count of 0) until the
+// replica answers, and one that has heard nothing of the key for a
+// minute; an owner that never hears a touch sends the first-contact
+// newcomer nothing, and its hold ends on time.
 
 // protoOwnerShare is the delegate protocol version of nodes that read the
 // users count in owner answers (memberlist's DelegateProtocolMax).
@@ -46,39 +55,51 @@ func readsUsers(n memberlist.Node) bool { return n.DMax >= protoOwnerShare }
 // usersWindow bounds: see usersWindowLocked.
 const maxUsersWindow = time.Second
 
-// UsersLedger is a Ledger that takes, in owner mode, how many nodes of the
-// cluster use a key now, as the key's owner counts them (see
-// bucket.Store.SetUsers). Optional: a ledger without it decides on its
-// balance alone.
-type UsersLedger interface {
-	Users(rule, key string, window, users uint64)
+// OwnerView is what an owner's answer says of a key beside the others'
+// consumption (ownershare.go): how many nodes use the key lately, and the
+// key's balance as the owner sees it, having counted the receiver's own
+// counter up to AckUsed in epoch AckEpoch. Users 0 means the owner is lost
+// (decide on the balance alone); Balance is NaN when not said.
+type OwnerView struct {
+	Users             uint64
+	Balance           float64
+	AckEpoch, AckUsed uint64
 }
 
-// keyUsers is one answer's count of users of a key.
+// OwnerViewLedger is a Ledger that takes, in owner mode, the owner's view
+// of a key (see bucket.Store.SetOwnerView). Optional: a ledger without it
+// decides on its balance alone.
+type OwnerViewLedger interface {
+	OwnerView(rule, key string, window uint64, v OwnerView)
+}
+
+// keyUsers is one answer's view of a key.
 type keyUsers struct {
-	rule, key     string
-	window, users uint64
+	rule, key string
+	window    uint64
+	view      OwnerView
 }
 
-// tellUsers passes answers' counts of users to the ledger.
+// tellUsers passes owners' views of keys to the ledger.
 func (s *Syncer) tellUsers(users []keyUsers) {
-	l, ok := s.ledger.(UsersLedger)
+	l, ok := s.ledger.(OwnerViewLedger)
 	if !ok {
 		return
 	}
 	for _, u := range users {
-		l.Users(u.rule, u.key, u.window, u.users)
+		l.OwnerView(u.rule, u.key, u.window, u.view)
 	}
 }
 
 // usersWindowLocked is how recently a contributor of (rule, key) must have
-// been heard to count as a user: half the limit's burst over its rate,
-// between two gossip intervals and maxUsersWindow. Caller holds s.mu.
+// been heard to count as a user: the time the limit's rate takes to refill
+// its burst, between two gossip intervals and maxUsersWindow. Caller holds
+// s.mu.
 func (s *Syncer) usersWindowLocked(rule, key string) time.Duration {
 	w := maxUsersWindow
 	if b, ok := s.ledger.(BoundedLedger); ok {
 		if a, ok := b.Allowance(rule, key); ok && a.PerSecond > 0 {
-			w = min(w, time.Duration((a.Burst-a.Soft)/a.PerSecond/2*float64(time.Second)))
+			w = min(w, time.Duration((a.Burst-a.Soft)/a.PerSecond*float64(time.Second)))
 		}
 	}
 	return max(w, 2*s.cfg.GossipInterval)
@@ -119,12 +140,30 @@ func heardFromLocked(o *ownedKey, sub *ownerSub, c Counter, now time.Duration) {
 	sub.seen, sub.needAck, o.dirty = now, true, true
 }
 
+// selfUsersLocked notes, for this node's own ledger, the count of users of
+// a key it owns and uses (an owner admits its share too). Caller holds
+// s.mu.
+func (s *Syncer) selfUsersLocked(k aggKey, o *ownedKey) {
+	if len(s.owner.selfUsers) < s.cfg.MaxSeen {
+		s.owner.selfUsers = append(s.owner.selfUsers, keyUsers{k.rule, k.key, k.window, OwnerView{Users: o.users, Balance: math.NaN()}})
+	}
+}
+
+// ownerLostLocked tells this node's ledger that the owner of (rule, key)
+// left its counters unanswered: until an owner or replica answers again,
+// the node decides on its balance alone (a count of 0). Caller holds s.mu.
+func (s *Syncer) ownerLostLocked(rule, key string) {
+	if len(s.owner.selfUsers) < s.cfg.MaxSeen {
+		s.owner.selfUsers = append(s.owner.selfUsers, keyUsers{rule: rule, key: key, view: OwnerView{Balance: math.NaN()}})
+	}
+}
+
 // lastHeard is when a contributor was last heard, by counter or touch.
 func (sub *ownerSub) lastHeard() time.Duration { return max(sub.heard, sub.seen) }
 
-// countUsersLocked sets o.users: its contributors heard within the users
-// window of k (this node included when it uses the key). Caller holds
-// s.mu.
+// countUsersLocked sets o.users, its contributors heard within the users
+// window of k (this node included when it uses the key), and o.balance,
+// the key's balance here. Caller holds s.mu.
 func (s *Syncer) countUsersLocked(k aggKey, o *ownedKey, now time.Duration) {
 	w := s.usersWindowLocked(k.rule, k.key)
 	n := uint64(0)
@@ -134,4 +173,8 @@ func (s *Syncer) countUsersLocked(k aggKey, o *ownedKey, now time.Duration) {
 		}
 	}
 	o.users = max(n, 1)
+	o.balance = math.NaN()
+	if b, ok := s.ledger.(BoundedLedger); ok {
+		o.balance, _ = b.Balance(k.rule, k.key)
+	}
 }

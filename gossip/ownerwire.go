@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"math"
 
 	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
@@ -11,8 +12,8 @@ import (
 //
 //	to the owner   [4, sender, [origin], [[0, rule, key, epoch, prev, used(, window)], ...], sent_at]
 //	owner answer   [5, sender, [[rule, key, gen, prev, others, ack_epoch, ack_used(, window)], ...], sent_at]
-//	               entries to a receiver that reads users (protoOwnerShare, ownershare.go):
-//	               [rule, key, gen, prev, others, ack_epoch, ack_used, window, users], window 0 included
+//	               entries to a receiver that reads views (protoOwnerShare, ownershare.go):
+//	               [rule, key, gen, prev, others, ack_epoch, ack_used, window, users, balance], window 0 included
 //
 // Kind 4 is a counters packet (wire.go) under another kind: the sender's
 // own cumulative counters, for the keys the receiver owns. Its one origin
@@ -27,8 +28,9 @@ import (
 // others−prev, so what it missed is not charged, which errs toward
 // admitting more); ack_epoch and ack_used are the highest of the
 // receiver's own counters the owner has counted (the receiver stops
-// repeating them); users, sent only to receivers that advertise
-// protoOwnerShare, is how many nodes use the key lately. Both kinds are
+// repeating them); users and balance, sent only to receivers that
+// advertise protoOwnerShare, are how many nodes use the key lately and its
+// balance at the owner (a float, NaN when unknown). Both kinds are
 // sent only to members that advertise
 // protoOwner; nodes of earlier versions that do receive one ignore it
 // (kinds above 3 are ignored) or, before resets existed, drop it as
@@ -54,7 +56,8 @@ type ownerAnswer struct {
 	window            uint64
 	gen, prev, others uint64
 	ackEpoch, ackUsed uint64
-	users             uint64 // 0: not sent (ownershare.go)
+	users             uint64  // 0: not sent (ownershare.go)
+	balance           float64 // with users
 }
 
 // toOwnerPacket turns a counters packet made by packetWriter into an
@@ -83,7 +86,7 @@ type answerWriter struct {
 	limit  int
 	sender string
 	at     uint64 // the instant every packet is stamped with
-	users  bool   // the receiver reads users (entries of 9 fields)
+	users  bool   // the receiver reads views (entries of 10 fields)
 	body   []byte
 	n      int
 	out    [][]byte
@@ -96,7 +99,7 @@ func (w *answerWriter) add(a ownerAnswer) {
 	}
 	fields := entryFields(7, a.window)
 	if w.users {
-		fields = 9
+		fields = 10
 	}
 	b := mp.AppendArrayHeader(w.body, fields)
 	b = mp.AppendStr(b, a.rule)
@@ -105,7 +108,7 @@ func (w *answerWriter) add(a ownerAnswer) {
 		b = mp.AppendUint(b, v)
 	}
 	if w.users {
-		b = mp.AppendUint(mp.AppendUint(b, a.window), a.users)
+		b = mp.AppendFloat64(mp.AppendUint(mp.AppendUint(b, a.window), a.users), a.balance)
 	} else {
 		b = appendWindow(b, a.window)
 	}
@@ -159,8 +162,8 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 	answers = make([]ownerAnswer, 0, min(n, 64))
 	for range n {
 		m, err := d.ArrayLen()
-		if err != nil || m < 7 || m > 9 {
-			return fail(orMalformed(err, &d, "entry must have 7 to 9 fields"))
+		if err != nil || (m != 7 && m != 8 && m != 10) {
+			return fail(orMalformed(err, &d, "entry must have 7, 8 or 10 fields"))
 		}
 		var a ownerAnswer
 		if a.rule, err = str(&d, maxRuleLen, "rule"); err != nil {
@@ -177,12 +180,18 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 		if a.prev > a.others {
 			return fail(d.Fail("prev above others"))
 		}
-		if m == 9 { // window always, then users
+		if m == 10 { // window always, then the owner's view
 			if a.window, err = d.Uint(); err != nil {
 				return fail(err)
 			}
 			if a.users, err = d.Uint(); err != nil {
 				return fail(err)
+			}
+			if a.balance, err = d.Float64(); err != nil {
+				return fail(err)
+			}
+			if math.IsInf(a.balance, 0) {
+				return fail(d.Fail("infinite balance"))
 			}
 		} else if a.window, err = readWindow(&d, m, 7); err != nil {
 			return fail(err)

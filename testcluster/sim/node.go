@@ -114,11 +114,11 @@ func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
 	return gossip.Allowance{Burst: float64(lim.Burst()), PerSecond: lim.PerSecond()}, true
 }
 
-var _ gossip.UsersLedger = ledger{}
+var _ gossip.OwnerViewLedger = ledger{}
 
-func (l ledger) Users(rule, key string, _, users uint64) {
-	if _, ns, ok := l.s.lim.of(rule); ok {
-		l.n.store.SetUsers(ns, []byte(key), users, l.s.clock())
+func (l ledger) OwnerView(rule, key string, _ uint64, v gossip.OwnerView) {
+	if lim, ns, ok := l.s.lim.of(rule); ok {
+		l.n.store.SetOwnerView(ns, []byte(key), lim, bucket.OwnerView{Users: v.Users, Balance: v.Balance, Epoch: v.AckEpoch, Counted: v.AckUsed}, l.s.clock())
 	}
 }
 

@@ -30,11 +30,11 @@ type Report struct {
 	// Accuracy (the hot key; Spread: all keys together).
 	Requests    uint64 // requests offered
 	Admitted    uint64
-	Allowed     float64 // burst + rate × T (Spread: over every key)
-	Accuracy    float64 // Admitted / Allowed
-	FirstSecond uint64  // admitted in the first second
-	WorstWindow float64 // most admitted in any 1 s window beyond burst + rate × 1 s
-	WorstBursts float64 // WorstWindow in bursts
+	Allowed     float64  // burst + rate × T (Spread: over every key)
+	Accuracy    float64  // Admitted / Allowed
+	FirstSecond uint64   // admitted in the first second
+	WorstWindow float64  // most admitted in any 1 s window beyond burst + rate × 1 s
+	WorstBursts float64  // WorstWindow in bursts
 	PerSecond   []uint64 // admitted in each second of the run (hot load)
 	// Balances: the hot key's balance on the live nodes at the end, lowest
 	// and highest, and what the limit leaves after the cluster's admitted
