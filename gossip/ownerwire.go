@@ -58,6 +58,7 @@ type ownerAnswer struct {
 	ackEpoch, ackUsed uint64
 	users             uint64  // 0: not sent (ownershare.go)
 	balance           float64 // with users
+	view              bool    // users and balance are on the wire (10 fields)
 }
 
 // toOwnerPacket turns a counters packet made by packetWriter into an
@@ -97,8 +98,9 @@ func (w *answerWriter) add(a ownerAnswer) {
 	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxAnswerEntries) {
 		w.flush()
 	}
+	view := w.users || a.view
 	fields := entryFields(7, a.window)
-	if w.users {
+	if view {
 		fields = 10
 	}
 	b := mp.AppendArrayHeader(w.body, fields)
@@ -107,7 +109,7 @@ func (w *answerWriter) add(a ownerAnswer) {
 	for _, v := range [...]uint64{a.gen, a.prev, a.others, a.ackEpoch, a.ackUsed} {
 		b = mp.AppendUint(b, v)
 	}
-	if w.users {
+	if view {
 		b = mp.AppendFloat64(mp.AppendUint(mp.AppendUint(b, a.window), a.users), a.balance)
 	} else {
 		b = appendWindow(b, a.window)
@@ -181,6 +183,7 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 			return fail(d.Fail("prev above others"))
 		}
 		if m == 10 { // window always, then the owner's view
+			a.view = true
 			if a.window, err = d.Uint(); err != nil {
 				return fail(err)
 			}
