@@ -49,11 +49,11 @@ func (s *Syncer) round() {
 	}
 	if owner {
 		out := s.ownerRoundLocked()
-		self := s.owner.selfUsers
-		s.owner.selfUsers = nil
+		self := s.owner.selfViews
+		s.owner.selfViews = nil
 		s.mu.Unlock()
 		s.sendOwner(out)
-		s.tellUsers(self) // ownershare.go
+		s.tellViews(self) // ownershare.go
 		return
 	}
 	if len(s.pending) == 0 || others == 0 {

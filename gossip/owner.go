@@ -182,7 +182,7 @@ type ownerState struct {
 	waiting   map[[2]string]uint64
 	failover  map[[2]string]failover
 	lastOwn   map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
-	selfUsers []keyUsers                  // counts of users of keys this node owns and uses, for its ledger
+	selfViews []keyView                   // views for this node's own ledger: of keys it owns and uses, and owners lost
 }
 
 // failover is a key's counters sent to the replica instead of owner since
@@ -432,7 +432,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			}
 			others := o.total - sub.contrib
 			if name == s.self {
-				s.selfUsersLocked(k, o) // this node's own share (ownershare.go)
+				s.selfViewLocked(k, o) // this node's own share (ownershare.go)
 			}
 			if name == s.self || (others == sub.sent && !sub.needAck) {
 				continue
@@ -627,7 +627,7 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	var charges []charge
-	var users []keyUsers
+	var users []keyView
 	var err error
 	if kind == msgOwnerCounters {
 		charges, err = s.receiveOwnerCounters(b)
@@ -640,7 +640,7 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	s.charge(charges)
-	s.tellUsers(users) // after the charges: a count ends a first-contact hold
+	s.tellViews(users) // after the charges: a view ends a first-contact hold
 }
 
 // receiveOwnerCounters counts a contributor's counters into this node's
@@ -691,8 +691,8 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 // receiveAnswer applies an owner's answer: what it adds to what this node
 // heard from that aggregate is charged, and the acknowledged part of this
 // node's own counters stops being sent. It returns the charges and the
-// counts of users the answer carries (ownershare.go).
-func (s *Syncer) receiveAnswer(b []byte) (charges []charge, users []keyUsers, err error) {
+// owner's views the answer carries (ownershare.go).
+func (s *Syncer) receiveAnswer(b []byte) (charges []charge, users []keyView, err error) {
 	sender, sentAt, answers, err := decodeAnswer(b)
 	if err != nil {
 		return nil, nil, err
@@ -728,7 +728,7 @@ func (s *Syncer) receiveAnswer(b []byte) (charges []charge, users []keyUsers, er
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
 		if a.users > 0 {
-			users = append(users, keyUsers{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: a.balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
+			users = append(users, keyView{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: a.balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
 		}
 	}
 	return charges, users, nil

@@ -37,22 +37,23 @@ import (
 //     only while it calls, so the shares of the nodes calling about now sum
 //     to about the balance and the refill.
 //
-// Failures err toward admitting: a node that hears no count (an owner of
+// Failures err toward admitting: a node that hears no view (an owner of
 // an earlier version, a receiver of an earlier version) decides on its
 // balance alone, as before; so does a node whose counters of a key went
-// unanswered for ownerFailover rounds (told with a count of 0) until the
+// unanswered for ownerFailover rounds (told with a view of 0 users) until the
 // replica answers, and one that has heard nothing of the key for a
 // minute; an owner that never hears a touch sends the first-contact
 // newcomer nothing, and its hold ends on time.
 
 // protoOwnerShare is the delegate protocol version of nodes that read the
-// users count in owner answers (memberlist's DelegateProtocolMax).
+// owner's view (users and balance) in answers (memberlist's
+// DelegateProtocolMax).
 const protoOwnerShare = 3
 
-// readsUsers reports whether member n reads the users count in answers.
+// readsUsers reports whether member n reads the owner's view in answers.
 func readsUsers(n memberlist.Node) bool { return n.DMax >= protoOwnerShare }
 
-// usersWindow bounds: see usersWindowLocked.
+// maxUsersWindow is the longest users window (usersWindowLocked).
 const maxUsersWindow = time.Second
 
 // OwnerView is what an owner's answer says of a key beside the others'
@@ -73,15 +74,15 @@ type OwnerViewLedger interface {
 	OwnerView(rule, key string, window uint64, v OwnerView)
 }
 
-// keyUsers is one answer's view of a key.
-type keyUsers struct {
+// keyView is one answer's view of a key.
+type keyView struct {
 	rule, key string
 	window    uint64
 	view      OwnerView
 }
 
-// tellUsers passes owners' views of keys to the ledger.
-func (s *Syncer) tellUsers(users []keyUsers) {
+// tellViews passes owners' views of keys to the ledger.
+func (s *Syncer) tellViews(users []keyView) {
 	l, ok := s.ledger.(OwnerViewLedger)
 	if !ok {
 		return
@@ -140,12 +141,12 @@ func heardFromLocked(o *ownedKey, sub *ownerSub, c Counter, now time.Duration) {
 	sub.seen, sub.needAck, o.dirty = now, true, true
 }
 
-// selfUsersLocked notes, for this node's own ledger, the count of users of
+// selfViewLocked notes, for this node's own ledger, the count of users of
 // a key it owns and uses (an owner admits its share too). Caller holds
 // s.mu.
-func (s *Syncer) selfUsersLocked(k aggKey, o *ownedKey) {
-	if len(s.owner.selfUsers) < s.cfg.MaxSeen {
-		s.owner.selfUsers = append(s.owner.selfUsers, keyUsers{k.rule, k.key, k.window, OwnerView{Users: o.users, Balance: math.NaN()}})
+func (s *Syncer) selfViewLocked(k aggKey, o *ownedKey) {
+	if len(s.owner.selfViews) < s.cfg.MaxSeen {
+		s.owner.selfViews = append(s.owner.selfViews, keyView{k.rule, k.key, k.window, OwnerView{Users: o.users, Balance: math.NaN()}})
 	}
 }
 
@@ -153,8 +154,8 @@ func (s *Syncer) selfUsersLocked(k aggKey, o *ownedKey) {
 // left its counters unanswered: until an owner or replica answers again,
 // the node decides on its balance alone (a count of 0). Caller holds s.mu.
 func (s *Syncer) ownerLostLocked(rule, key string) {
-	if len(s.owner.selfUsers) < s.cfg.MaxSeen {
-		s.owner.selfUsers = append(s.owner.selfUsers, keyUsers{rule: rule, key: key, view: OwnerView{Balance: math.NaN()}})
+	if len(s.owner.selfViews) < s.cfg.MaxSeen {
+		s.owner.selfViews = append(s.owner.selfViews, keyView{rule: rule, key: key, view: OwnerView{Balance: math.NaN()}})
 	}
 }
 

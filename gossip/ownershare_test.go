@@ -131,10 +131,10 @@ func TestOwnerCountsUsersAndAnswersTouches(t *testing.T) {
 	answers := func(at time.Duration) map[string]ownerAnswer {
 		s.mu.Lock()
 		out := s.answersLocked(at, 1)
-		self := s.owner.selfUsers
-		s.owner.selfUsers = nil
+		self := s.owner.selfViews
+		s.owner.selfViews = nil
 		s.mu.Unlock()
-		s.tellUsers(self)
+		s.tellViews(self)
 		got := map[string]ownerAnswer{}
 		for _, o := range out {
 			for _, p := range o.packets {
@@ -193,7 +193,7 @@ func TestOwnerViewReachesTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.charge(charges)
-	s.tellUsers(users)
+	s.tellViews(users)
 	if v := vl.views["api/k"]; v != (OwnerView{Users: 12, Balance: 7.5, AckEpoch: 4, AckUsed: 2}) {
 		t.Fatalf("view %+v", v)
 	}
@@ -202,7 +202,7 @@ func TestOwnerViewReachesTheLedger(t *testing.T) {
 		s.owner.round++
 		s.ownerForLocked("api", "k")
 	}
-	lost := s.owner.selfUsers
+	lost := s.owner.selfViews
 	s.mu.Unlock()
 	if len(lost) != 1 || lost[0].view.Users != 0 || lost[0].key != "k" {
 		t.Fatalf("after %d unanswered rounds: %+v, want the owner lost", ownerFailover, lost)
