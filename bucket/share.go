@@ -40,18 +40,21 @@ import (
 const touchQueued = 1 << 31
 
 // Ticks: the time of an answer is kept in 32 bits of 2^22 ns (4.2 ms),
-// compared modulo 2^32 (a count older than 208 days could read as fresh).
+// compared modulo 2^32 (a view older than 208 days could read as fresh:
+// its key's bucket would have to live that long without an answer).
 const tickShift = 22
 
 func tick(now time.Time) uint32 { return uint32(now.UnixNano() >> tickShift) }
 
 // usersTTL is how long a count of users from the owner holds. A node that
 // calls a key rarely hears of it only while it calls: between its calls
-// it keeps its last count, and its share refills up to burst/users (what
-// a node calling once in a while may take, whatever the cluster's size);
-// a node that loses the key's owner is told so (SetOwnerView with 0 users)
-// and decides on its balance alone.
-const usersTTL = time.Minute
+// it keeps its last view, and its share refills up to burst/users (what a
+// node calling once in a while may take, whatever the cluster's size). A
+// view that is wrong by then (the key's users changed) costs at most a
+// refusal: the refusal touches the key, and the owner's answer brings a
+// new view two intervals later. A node that loses the key's owner is told
+// so (SetOwnerView with 0 users) and decides on its balance alone.
+const usersTTL = 5 * time.Minute
 
 // maxUsers caps the count a store holds.
 const maxUsers = touchQueued - 1

@@ -41,8 +41,8 @@ import (
 // an earlier version, a receiver of an earlier version) decides on its
 // balance alone, as before; so does a node whose counters of a key went
 // unanswered for ownerFailover rounds (told with a view of 0 users) until the
-// replica answers, and one that has heard nothing of the key for a
-// minute; an owner that never hears a touch sends the first-contact
+// replica answers, and one that has heard nothing of the key for five
+// minutes; an owner that never hears a touch sends the first-contact
 // newcomer nothing, and its hold ends on time.
 
 // protoOwnerShare is the delegate protocol version of nodes that read the
