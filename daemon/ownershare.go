@@ -9,8 +9,12 @@ var _ gossip.OwnerViewLedger = ledger{}
 
 // OwnerView takes owner mode's view of a key of the limit named rule
 // (gossip/ownershare.go): this daemon then admits only its share of the
-// key's balance (bucket.Store.SetOwnerView).
+// key's balance (bucket.Store.SetOwnerView). Not with Config.NoFirstShare,
+// which turns the first-contact hold and its kin off.
 func (l ledger) OwnerView(rule, key string, _ uint64, v gossip.OwnerView) {
+	if l.d.noFirstShare {
+		return
+	}
 	defer leave(l.d.fence.enter())
 	ar, i, ok := l.d.rules.Load().resolve(rule)
 	if !ok {
