@@ -173,3 +173,32 @@ func TestShareAllocatesNothing(t *testing.T) {
 		t.Fatalf("a take against a share allocated %v times", a)
 	}
 }
+
+// BenchmarkShareTake: a take on a key with an owner's view (its share
+// checked), against the anchor of a store alone (members=1) in the same
+// run.
+func BenchmarkShareTake(b *testing.B) {
+	for _, tt := range []struct {
+		name    string
+		members int
+		users   uint64
+	}{{"members=1", 1, 0}, {"members=1000/view", 1000, 1000}} {
+		b.Run(tt.name, func(b *testing.B) {
+			lim, _ := NewLimit(1_000_000_000, time.Second, 1_000_000_000)
+			s := NewStore(StoreConfig{TrackConsumption: true, Seed: 1})
+			s.SetFirstShare(tt.members, time.Millisecond)
+			key := []byte("k")
+			now := time.Unix(1_700_000_000, 0)
+			s.Take(1, key, lim, 1, now)
+			if tt.users > 0 {
+				s.SetOwnerView(1, key, lim, OwnerView{Users: tt.users, Balance: math.NaN()}, now)
+			}
+			now = now.Add(time.Second)
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Nanosecond)
+				s.Take(1, key, lim, 1, now)
+			}
+		})
+	}
+}
