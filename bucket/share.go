@@ -18,8 +18,10 @@ import (
 // the key now (SetOwnerView), and a node admits, between two answers, only
 // its share of what the cluster may admit: (the balance at the answer +
 // the rate since, at most the burst) / users, less what it admitted
-// since; a share below one token is rounded up or down at random, once
-// per answer (so calling many times is no more chances). The cluster then
+// since (the refill of one gossip interval granted at the answer, so that
+// the share does not depend on when the node calls between two answers of
+// an active key); a share below one token is rounded up or down at random,
+// once per answer (so calling many times is no more chances). The cluster then
 // admits about its balance plus the refill whatever its size, and each
 // node admits as it calls. This is the first-contact hold's rule
 // (firstshare.go) with the owner's count of users for the members, and
@@ -67,6 +69,11 @@ type OwnerView struct {
 	Users          uint64
 	Balance        float64
 	Epoch, Counted uint64
+	// Interval is about how often the owner answers a node that uses the
+	// key (the gossip interval): the refill of one interval is granted
+	// at once, so that a node's share does not depend on when it calls
+	// between two answers.
+	Interval time.Duration
 }
 
 // SetOwnerView notes what the key's owner says of it (see above) and ends
@@ -84,11 +91,11 @@ func (s *Store) SetOwnerView(ns Namespace, key []byte, lim Limit, v OwnerView, n
 	if sl := sh.get(h, ns, key); sl != nil {
 		t := sl.tracked()
 		t.users = t.users&touchQueued | uint32(min(v.Users, maxUsers))
-		t.heard, t.usedAt, t.born = tick(now), uint32(t.used), 0
-		b := v.Balance
+		t.heard, t.usedAt, t.born = tick(now.Add(v.Interval)), uint32(t.used), 0
+		b := v.Balance + float64(v.Interval)/lim.nanosPerToken
 		switch {
 		case math.IsNaN(b):
-			b = sl.stateFor(lim).balance(lim, now)
+			b = sl.stateFor(lim).balance(lim, now) + float64(v.Interval)/lim.nanosPerToken
 		case v.Epoch == t.epoch && v.Counted <= t.used:
 			b -= float64(t.used - v.Counted)
 		case v.Epoch != t.epoch:
@@ -111,14 +118,15 @@ func (s *Store) beyondShare(t *tracking, st *state, lim Limit, cost int64, now t
 	if age > usersTTL || st.balance(lim, now) < float64(cost) {
 		return false // stale; or the balance refuses it anyway
 	}
-	pool := min(float64(lim.burst), float64(t.ans)+float64(age)/lim.nanosPerToken)
+	pool := min(float64(lim.burst), float64(t.ans)+float64(max(0, age))/lim.nanosPerToken)
 	share := pool/float64(users) - float64(uint32(t.used)-t.usedAt)
 	return float64(cost) > math.Floor(share+s.offset(t.epoch^uint64(t.heard)<<32))
 }
 
-// viewAge is the time since the key's owner last said how many use it.
+// viewAge is the time since the key's owner last said how many use it,
+// less one interval (SetOwnerView): negative for that interval.
 func viewAge(t *tracking, now time.Time) time.Duration {
-	return time.Duration(uint32(tick(now)-t.heard)) << tickShift
+	return time.Duration(int32(tick(now)-t.heard)) << tickShift
 }
 
 // viewed reports whether the key's owner said lately how many nodes use

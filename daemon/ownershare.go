@@ -22,5 +22,5 @@ func (l ledger) OwnerView(rule, key string, _ uint64, v gossip.OwnerView) {
 	}
 	k := []byte(key)
 	l.d.store.SetOwnerView(ar.ns[i], k, ar.LimitsFor(k)[i],
-		bucket.OwnerView{Users: v.Users, Balance: v.Balance, Epoch: v.AckEpoch, Counted: v.AckUsed}, l.d.now())
+		bucket.OwnerView{Users: v.Users, Balance: v.Balance, Epoch: v.AckEpoch, Counted: v.AckUsed, Interval: v.Interval}, l.d.now())
 }

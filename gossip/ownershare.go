@@ -65,6 +65,9 @@ type OwnerView struct {
 	Users             uint64
 	Balance           float64
 	AckEpoch, AckUsed uint64
+	// Interval is this node's gossip interval: about how often an active
+	// user of a key is answered.
+	Interval time.Duration
 }
 
 // OwnerViewLedger is a Ledger that takes, in owner mode, the owner's view
@@ -88,6 +91,7 @@ func (s *Syncer) tellViews(users []keyView) {
 		return
 	}
 	for _, u := range users {
+		u.view.Interval = s.cfg.GossipInterval
 		l.OwnerView(u.rule, u.key, u.window, u.view)
 	}
 }

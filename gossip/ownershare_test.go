@@ -194,7 +194,7 @@ func TestOwnerViewReachesTheLedger(t *testing.T) {
 	}
 	s.charge(charges)
 	s.tellViews(users)
-	if v := vl.views["api/k"]; v != (OwnerView{Users: 12, Balance: 7.5, AckEpoch: 4, AckUsed: 2}) {
+	if v := vl.views["api/k"]; v != (OwnerView{Users: 12, Balance: 7.5, AckEpoch: 4, AckUsed: 2, Interval: 20 * time.Millisecond}) {
 		t.Fatalf("view %+v", v)
 	}
 	s.mu.Lock()

@@ -120,7 +120,7 @@ var _ gossip.OwnerViewLedger = ledger{}
 // does (daemon.Config.NoFirstShare turns them off).
 func (l ledger) OwnerView(rule, key string, _ uint64, v gossip.OwnerView) {
 	if lim, ns, ok := l.s.lim.of(rule); ok && l.s.cfg.FirstShare {
-		l.n.store.SetOwnerView(ns, []byte(key), lim, bucket.OwnerView{Users: v.Users, Balance: v.Balance, Epoch: v.AckEpoch, Counted: v.AckUsed}, l.s.clock())
+		l.n.store.SetOwnerView(ns, []byte(key), lim, bucket.OwnerView{Users: v.Users, Balance: v.Balance, Epoch: v.AckEpoch, Counted: v.AckUsed, Interval: v.Interval}, l.s.clock())
 	}
 }
 
