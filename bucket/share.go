@@ -106,21 +106,26 @@ func (s *Store) SetOwnerView(ns Namespace, key []byte, lim Limit, v OwnerView, n
 	sh.mu.Unlock()
 }
 
-// beyondShare reports whether a take of cost goes beyond this node's share
-// of a key whose owner said how many nodes use it (see above). The caller
-// holds the shard's lock.
-func (s *Store) beyondShare(t *tracking, st *state, lim Limit, cost int64, now time.Time) bool {
+// shareDecides reports whether a take of cost is decided by this node's
+// share of a key whose owner said lately how many nodes use it (see
+// above), and if so whether the share admits it. It does, the key's
+// balance here aside: the owner's balance is the cluster's, this node's
+// lags it (a node that hears of the key a second late has its bucket
+// refilled to the burst meanwhile, then charged all the others spent: its
+// view ends below the cluster's, and under contention the nodes whose
+// views lag most would get least). The caller holds the shard's lock.
+func (s *Store) shareDecides(t *tracking, lim Limit, cost int64, now time.Time) (decided, admit bool) {
 	users := t.users &^ touchQueued
 	if users <= 1 || lim.algo.Windowed() {
-		return false
+		return false, false
 	}
 	age := viewAge(t, now)
-	if age > usersTTL || st.balance(lim, now) < float64(cost) {
-		return false // stale; or the balance refuses it anyway
+	if age > usersTTL {
+		return false, false // stale
 	}
 	pool := min(float64(lim.burst), float64(t.ans)+float64(max(0, age))/lim.nanosPerToken)
 	share := pool/float64(users) - float64(uint32(t.used)-t.usedAt)
-	return float64(cost) > math.Floor(share+s.offset(t.epoch^uint64(t.heard)<<32))
+	return true, float64(cost) <= math.Floor(share+s.offset(t.epoch^uint64(t.heard)<<32))
 }
 
 // viewAge is the time since the key's owner last said how many use it,

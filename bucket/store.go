@@ -220,10 +220,19 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 			return r, false, nil
 		}
 	}
+	var byShare, shareAdmits bool
+	if s.track && l.maxWait == 0 {
+		byShare, shareAdmits = s.shareDecides(sl.tracked(), lim, cost, now)
+	}
 	switch {
-	case s.track && l.maxWait == 0 && s.beyondShare(sl.tracked(), st, lim, cost, now):
-		r, _ = st.decide(lim, cost, 0, false, now) // beyond this node's share of the balance (share.go)
-		r.Allowed, r.RetryAfter = false, max(r.RetryAfter, time.Duration(float64(cost)*lim.nanosPerToken))
+	case byShare: // this node's share of the owner's view decides (share.go)
+		r, _ = st.decide(lim, cost, 0, false, now)
+		if shareAdmits {
+			st.charge(lim, cost, 0, now)
+			r.Allowed, r.RetryAfter = true, 0
+		} else {
+			r.Allowed, r.RetryAfter = false, max(r.RetryAfter, time.Duration(float64(cost)*lim.nanosPerToken))
+		}
 	case lim.algo == AlgoTokenBucket && l == leeway{}:
 		r = (*Bucket)(st).Take(lim, cost, now) // the common case, called directly
 	case lim.algo == AlgoGCRA && l == leeway{}:
