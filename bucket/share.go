@@ -91,7 +91,10 @@ func (s *Store) SetOwnerView(ns Namespace, key []byte, lim Limit, v OwnerView, n
 	if sl := sh.get(h, ns, key); sl != nil {
 		t := sl.tracked()
 		t.users = t.users&touchQueued | uint32(min(v.Users, maxUsers))
-		t.heard, t.usedAt, t.born = tick(now.Add(v.Interval)), uint32(t.used), 0
+		t.heard, t.usedAt = tick(now.Add(v.Interval)), uint32(t.used)
+		if v.Users > 0 {
+			t.born = 0 // the cluster's view heard: the hold is over (a lost owner leaves it to its time)
+		}
 		b := v.Balance + float64(v.Interval)/lim.nanosPerToken
 		switch {
 		case math.IsNaN(b):

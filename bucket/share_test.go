@@ -117,8 +117,8 @@ func TestRefusedTakesTouchTheKey(t *testing.T) {
 // its share of what the cluster may admit: (the balance at the answer +
 // the rate since, at most the burst) / users, less what it admitted since,
 // a share below one token rounded at random once
-// per answer. Once the count is stale, with one user, or with the owner
-// lost (0 users), the balance alone decides.
+// per answer. Once the count is stale, or with one user, the balance alone
+// decides; a lost owner (0 users) does not end a first-contact hold.
 func TestTakesBeyondTheirShareAreRefused(t *testing.T) {
 	lim, _ := NewLimit(100, time.Second, 100)
 	t0 := time.Unix(1_700_000_000, 0)
@@ -136,7 +136,7 @@ func TestTakesBeyondTheirShareAreRefused(t *testing.T) {
 		{name: "ten users: a tenth", nodes: 1, users: 10, takes: 100, low: 9, high: 10},
 		{name: "ten users, five seconds later: at most a tenth of the burst", nodes: 1, users: 10, takes: 200, at: 5 * time.Second, low: 10, high: 10},
 		{name: "ten users, stale", nodes: 1, users: 10, takes: 200, at: 6 * time.Minute, low: 100, high: 100},
-		{name: "the owner lost", nodes: 1, users: 0, takes: 200, low: 99, high: 99},
+		{name: "the owner lost: the hold runs its time", nodes: 1, users: 0, takes: 200, low: 0, high: 1},
 		{name: "one user", nodes: 1, users: 1, takes: 200, low: 99, high: 99}, // a peer charged one
 	}
 	for _, tt := range tests {

@@ -154,10 +154,20 @@ func (s *Syncer) selfViewLocked(k aggKey, o *ownedKey) {
 	}
 }
 
+// ownerLostAfter is how long without any answer for a key makes its
+// owner lost to this node when its counters fail over to the replica: an
+// owner answering thousands of users of a key answers each in turn
+// (ownerAnswerBudget), and a node it answers late is not on its own.
+const ownerLostAfter = time.Second
+
 // ownerLostLocked tells this node's ledger that the owner of (rule, key)
-// left its counters unanswered: until an owner or replica answers again,
-// the node decides on its balance alone (a count of 0). Caller holds s.mu.
+// left its counters unanswered (and no answer for the key came for
+// ownerLostAfter): until an owner or replica answers again, the node
+// decides on its balance alone (a view of 0 users). Caller holds s.mu.
 func (s *Syncer) ownerLostLocked(rule, key string) {
+	if h := s.owner.heard[aggKey{rule, key, 0}]; h != nil && s.sinceBorn()-max(h.slots[0].at, h.slots[1].at) < ownerLostAfter {
+		return // answers come, only late (an owner answering thousands of users in turn)
+	}
 	if len(s.owner.selfViews) < s.cfg.MaxSeen {
 		s.owner.selfViews = append(s.owner.selfViews, keyView{rule: rule, key: key, view: OwnerView{Balance: math.NaN()}})
 	}

@@ -176,12 +176,16 @@ func TestOwnerCountsUsersAndAnswersTouches(t *testing.T) {
 }
 
 // A receiver passes the owner's view of each answered key to its ledger;
-// a node whose counters went unanswered for ownerFailover rounds is told
-// its owner is lost (users 0).
+// a node whose counters went unanswered for ownerFailover rounds, and that
+// heard no answer for the key for ownerLostAfter, is told its owner is
+// lost (users 0).
 func TestOwnerViewReachesTheLedger(t *testing.T) {
 	s, ml := newOwnerSyncer("me", "n1", "n2", "n3")
 	vl := &viewLedger{memLedger: ml, views: map[string]OwnerView{}}
 	s.ledger = vl
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	s.born = now
 	s.mu.Lock()
 	s.refreshRingLocked()
 	owner, _ := s.owner.ring.owners("api", "k")
@@ -197,14 +201,23 @@ func TestOwnerViewReachesTheLedger(t *testing.T) {
 	if v := vl.views["api/k"]; v != (OwnerView{Users: 12, Balance: 7.5, AckEpoch: 4, AckUsed: 2, Interval: 20 * time.Millisecond}) {
 		t.Fatalf("view %+v", v)
 	}
-	s.mu.Lock()
-	for range ownerFailover + 1 {
-		s.owner.round++
-		s.ownerForLocked("api", "k")
+	fail := func() []keyView {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.owner.failover, [2]string{"api", "k"})
+		for range ownerFailover + 1 {
+			s.owner.round++
+			s.ownerForLocked("api", "k")
+		}
+		lost := s.owner.selfViews
+		s.owner.selfViews = nil
+		return lost
 	}
-	lost := s.owner.selfViews
-	s.mu.Unlock()
-	if len(lost) != 1 || lost[0].view.Users != 0 || lost[0].key != "k" {
-		t.Fatalf("after %d unanswered rounds: %+v, want the owner lost", ownerFailover, lost)
+	if lost := fail(); len(lost) != 0 {
+		t.Fatalf("an answer just heard, then %d unanswered rounds: %+v, want the owner still there (late)", ownerFailover, lost)
+	}
+	now = now.Add(2 * ownerLostAfter)
+	if lost := fail(); len(lost) != 1 || lost[0].view.Users != 0 || lost[0].key != "k" {
+		t.Fatalf("no answer for %s and %d unanswered rounds: %+v, want the owner lost", 2*ownerLostAfter, ownerFailover, lost)
 	}
 }

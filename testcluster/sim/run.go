@@ -320,12 +320,12 @@ func (s *Sim) ringCache() *gossip.RingCache {
 
 // firstShareHold is sluiced's first-contact hold for the simulated cluster
 // (daemon/firstshare.go): two gossip intervals and 30 ms, plus a round per
-// relay hop above the fan-out limit.
+// relay hop and one per 512 members above the fan-out limit.
 func firstShareHold(c Config) time.Duration {
 	rounds := 2
 	if c.Nodes > c.FanoutLimit && c.GossipMode != "direct" {
 		g := max(c.GossipNodes, 2)
-		rounds += int(math.Ceil(math.Log(float64(c.Nodes)) / math.Log(float64(g))))
+		rounds += int(math.Ceil(math.Log(float64(c.Nodes))/math.Log(float64(g)))) + (c.Nodes+511)/512
 	}
 	return time.Duration(rounds)*c.GossipInterval + 30*time.Millisecond
 }
