@@ -18,6 +18,7 @@ func TestSameSeedSameReport(t *testing.T) {
 		{"direct, hot, loss, forming", Config{Nodes: 5, Duration: 3 * time.Second, Loss: 0.1, Rate: 50, JoinSpread: 300 * time.Millisecond}},
 		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, GossipMode: "relay", Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}},
 		{"owner, hot, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2}},
+		{"owner, hot, shares, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2, FirstShare: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(seed uint64) Report {
