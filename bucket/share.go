@@ -138,6 +138,34 @@ func (s *Store) shareDecides(v view, t *tracking, lim Limit, cost int64, now tim
 	return float64(cost) <= math.Floor(share+s.offset(t.epoch^uint64(v.heard)<<17))
 }
 
+// viewFloor is the fair floor (floor.go) of a key with an owner's view v:
+// shared by its users, its first token due at random in its first spacing
+// (per bucket), so that the floors of nodes that met the key at the same
+// moment do not come due together. Only while the burst holds a token per
+// user (as main's floor: down to a token per user below zero): beyond,
+// floors that come due while a debt is paid back come due together once
+// it is, a token on every node at once, more than the burst (simulated,
+// 3,000 nodes at 20 req/s each: 153% of the limit over 5 s), and a node's
+// share of a refill is below a token anyway. ok is false then: no floor.
+func (s *Store) viewFloor(v view, t *tracking, lim Limit) (f floorOf, ok bool) {
+	if int64(v.users) > lim.burst {
+		return floorOf{}, false
+	}
+	return floorOf{members: int64(v.users), phase: 1 - s.offset(t.epoch^0x5bd1e995), depth: -float64(v.users) - 1}, true
+}
+
+// floorBalance is the balance the fair floor judges a debt by: with an
+// owner's view, the owner's balance at the answer plus the refill since,
+// less this node's admissions since (its own lags the cluster's); without,
+// the key's balance here.
+func (s *Store) floorBalance(v view, viewed bool, st *state, t *tracking, lim Limit, now time.Time) float64 {
+	if !viewed {
+		return st.balance(lim, now)
+	}
+	age := max(0, now.UnixNano()-v.heard)
+	return v.ans + float64(age)/lim.nanosPerToken - float64(t.used-v.usedAt)
+}
+
 // touch puts the slot's key on the dirty list with nothing new admitted,
 // unless it is there already. Windowed algorithms are not touched. The
 // store tracks consumption, and the caller holds sh.mu.

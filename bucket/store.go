@@ -248,15 +248,18 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
 	if s.track {
-		// With an owner's view, the shares keep each node near its demand
-		// and the fair floor stands aside: at large N floors started
-		// together come due together and admit a token on every node at once.
-		if !r.Allowed && l.maxWait == 0 && !viewed && s.floorAdmits(st, lim, st.balance(lim, now), now) {
+		f, floored := s.clusterFloor(), true
+		if viewed {
+			f, floored = s.viewFloor(v, sl.tracked(), lim) // share.go
+		}
+		if !r.Allowed && l.maxWait == 0 && floored && s.floorAdmits(st, lim, s.floorBalance(v, viewed, st, sl.tracked(), lim, now), f, now) {
 			st.charge(lim, cost, 0, now) // below its fair floor: admitted, charged all the same
 			r = Result{Allowed: true, Limit: r.Limit, ResetAfter: r.ResetAfter}
 		}
 		if r.Allowed {
-			s.advanceFloor(st, lim, cost, now)
+			if floored {
+				s.advanceFloor(st, lim, cost, f, now)
+			}
 			sh.record(sl, cost, st.window(lim, now))
 		} else if s.firstMembers.Load() > 1 {
 			sh.touch(sl, lim) // keeps this node hearing of a key it is refused (share.go)

@@ -193,3 +193,31 @@ func BenchmarkOwnerViewMemory(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// With an owner's view the fair floor is shared by the key's users, its
+// first token due at random in its first spacing, and only while the burst
+// holds a token per user.
+func TestViewFloorIsSharedByTheUsers(t *testing.T) {
+	lim := MustLimit(100, time.Second, 100)
+	s := NewStore(StoreConfig{TrackConsumption: true, Seed: 9})
+	for _, tt := range []struct {
+		users uint32
+		ok    bool
+	}{{2, true}, {100, true}, {101, false}, {1000, false}} {
+		f, ok := s.viewFloor(view{users: tt.users}, &tracking{epoch: 1}, lim)
+		if ok != tt.ok || (ok && (f.members != int64(tt.users) || f.depth != -float64(tt.users)-1)) {
+			t.Errorf("%d users: floor %+v, %v; want members %d, depth %d, %v", tt.users, f, ok, tt.users, -int(tt.users)-1, tt.ok)
+		}
+	}
+	lo, hi := 1.0, 0.0
+	for e := range uint64(1000) {
+		f, _ := s.viewFloor(view{users: 10}, &tracking{epoch: e}, lim)
+		if f.phase <= 0 || f.phase > 1 {
+			t.Fatalf("phase %v outside (0, 1]", f.phase)
+		}
+		lo, hi = min(lo, f.phase), max(hi, f.phase)
+	}
+	if lo > 0.05 || hi < 0.95 {
+		t.Fatalf("phases of 1000 buckets from %.3f to %.3f, want them spread over (0, 1]", lo, hi)
+	}
+}
