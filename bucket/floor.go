@@ -20,7 +20,9 @@ import "time"
 // member below zero, where contention keeps it; a deeper debt is paid back
 // as before. The floors of all
 // members together are below the rate, so the long-run total stays
-// burst + rate × T. A node alone in its cluster has no floor, and
+// burst + rate × T. With an owner's view of the key (share.go) the
+// floor is shared by the key's users instead, and stands aside when they
+// outnumber the burst's tokens. A node alone in its cluster has no floor, and
 // windowed algorithms, reservations (MaxDelay) and multi-check decisions
 // are not floored.
 

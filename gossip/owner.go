@@ -427,7 +427,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 		}
 		o.dirty = false
 		s.countUsersLocked(k, o, now)
-		for name, sub := range inOrder(s.simRand(), o.subs, compareNames) {
+		for name, sub := range s.answerOrderLocked(o.subs, budget) { // ownerorder.go
 			if now-sub.lastHeard() > s.subTTL() {
 				delete(o.subs, name)
 				s.owner.subs--
