@@ -21,11 +21,11 @@ import (
 
 // answerOrderLocked yields the contributors subs of an aggregate in the
 // order their answers are due, budget being what is left of the round's
-// answer budget: as inOrder when all fit, else the longest unanswered
+// answer budget: as inOrder when all fit (or none does), else the longest unanswered
 // first (ties by name). The caller may delete the entry it is given.
 // Caller holds s.mu.
 func (s *Syncer) answerOrderLocked(subs map[string]*ownerSub, budget int) iter.Seq2[string, *ownerSub] {
-	if len(subs) <= budget {
+	if len(subs) <= budget || budget == 0 { // all answered, or none
 		return inOrder(s.simRand(), subs, compareNames)
 	}
 	type entry struct {
