@@ -33,7 +33,7 @@ func simCommand() *cli.Command {
 			&cli.IntFlag{Name: "fanout-limit", Value: 64, Usage: "largest cluster gossiping to every member"},
 			&cli.IntFlag{Name: "gossip-nodes", Value: 4, Usage: "peers per relayed round"},
 			&cli.StringFlag{Name: "gossip-mode", Usage: "auto (default), direct, relay or owner"},
-			&cli.BoolFlag{Name: "first-share", Usage: "hold new buckets to burst/nodes for one propagation delay, and keep the fair floor, as sluiced does"},
+			&cli.BoolFlag{Name: "first-share", Usage: "hold new buckets to burst/nodes for one propagation delay, keep the fair floor and, in owner mode, shares of the owner's view, as sluiced does"},
 			&cli.DurationFlag{Name: "push-pull-interval", Value: 10 * time.Second, Usage: "push-pull interval (memberlist stretches it above 32 members)"},
 			&cli.Float64Flag{Name: "loss", Usage: "fraction of packets lost"},
 			&cli.DurationFlag{Name: "latency", Value: 100 * time.Microsecond, Usage: "one-way latency, fixed part"},

@@ -32,9 +32,10 @@ type Config struct {
 	PushPullInterval time.Duration // default 10 s (memberlist stretches it above 32 members)
 	GossipMode       string        // auto (default), direct, relay or owner
 	// FirstShare holds each node's new buckets to burst/Nodes for one
-	// propagation delay and keeps the fair floor, as sluiced does
-	// (bucket.Store.SetFirstShare); off by default, as in testcluster's
-	// in-process clusters.
+	// propagation delay, keeps the fair floor and, in owner mode, each
+	// node's share of the owner's view, as sluiced does
+	// (bucket.Store.SetFirstShare, SetOwnerView); off by default, as in
+	// testcluster's in-process clusters.
 	FirstShare bool
 
 	// Network.

@@ -71,7 +71,7 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.JoinSpread <= 0 && !cfg.copyMembers {
 		s.table = gossip.NewSharedMembers()
 		for i := range cfg.Nodes {
-			s.table.Add(selfNode(i, 0))
+			s.table.Add(s.selfNode(i, 0))
 		}
 	}
 	s.nodes = make([]*node, cfg.Nodes)
@@ -103,9 +103,10 @@ func New(cfg Config) (*Sim, error) {
 	return s, nil
 }
 
-// selfNode is the member of slot i, generation gen: addressed by its slot.
-func selfNode(i int, gen uint32) memberlist.Node {
-	return memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: 1}
+// selfNode is the member of slot i, generation gen: addressed by its slot,
+// advertising the delegate protocol of the simulated mode (ownershare.go).
+func (s *Sim) selfNode(i int, gen uint32) memberlist.Node {
+	return memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: s.dmax(i)}
 }
 
 func nameOf(i int, gen uint32) string {
@@ -119,19 +120,19 @@ func nameOf(i int, gen uint32) string {
 // and a syncer over the simulated membership.
 func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	n := &node{i: i, gen: gen, name: nameOf(i, gen), alive: true}
+	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
 	n.store = bucket.NewStore(bucket.StoreConfig{MaxKeys: max(4096, 4*len(s.keys)), Shards: 1, TrackConsumption: true,
-		EpochBase: uint64(s.clock().UnixNano())})
+		EpochBase: uint64(s.clock().UnixNano()), Seed: seed + 1})
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}
-	n.self = selfNode(i, gen)
+	n.self = s.selfNode(i, gen)
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
 		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
 	n.syncer = sy
-	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
 	if s.table != nil {
 		n.dg, n.ev, err = sy.SimulateShared(membership{s, n}, s.table, s.clock, seed)
 	} else {
@@ -303,7 +304,7 @@ func (s *Sim) churn() {
 	s.m.retire(old)
 	s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(i), msg: []byte(old.name)})
 	if s.table != nil {
-		s.table.Add(selfNode(i, old.gen+1)) // the replacement starts knowing the table
+		s.table.Add(s.selfNode(i, old.gen+1)) // the replacement starts knowing the table
 	}
 	n, err := s.newNode(i, old.gen+1)
 	if err != nil {
@@ -366,12 +367,12 @@ func (s *Sim) ringCache() *gossip.RingCache {
 
 // firstShareHold is sluiced's first-contact hold for the simulated cluster
 // (daemon/firstshare.go): two gossip intervals and 30 ms, plus a round per
-// relay hop above the fan-out limit.
+// relay hop and one per 512 members above the fan-out limit.
 func firstShareHold(c Config) time.Duration {
 	rounds := 2
 	if c.Nodes > c.FanoutLimit && c.GossipMode != "direct" {
 		g := max(c.GossipNodes, 2)
-		rounds += int(math.Ceil(math.Log(float64(c.Nodes)) / math.Log(float64(g))))
+		rounds += int(math.Ceil(math.Log(float64(c.Nodes))/math.Log(float64(g)))) + (c.Nodes+511)/512
 	}
 	return time.Duration(rounds)*c.GossipInterval + 30*time.Millisecond
 }
