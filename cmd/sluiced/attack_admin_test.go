@@ -135,6 +135,7 @@ const adminRules = "rules:\n  r:\n    rate: 5/1h\n"
 // A page served from a name the attacker controls, re-pointed at 127.0.0.1
 // (DNS rebinding), sends its own name as Host: refused, read or write.
 func TestAdminRefusesDNSRebindingHost(t *testing.T) {
+	t.Parallel()
 	n := startAdminNode(t, tempDir(t), "a", adminRules)
 	_, port, _ := net.SplitHostPort(n.admin)
 	base := "http://" + n.admin
@@ -176,6 +177,7 @@ func TestAdminRefusesDNSRebindingHost(t *testing.T) {
 // text/plain, form-urlencoded or multipart, with no custom header. Such a
 // request changes nothing: no reload, no reset.
 func TestAdminRefusesSimpleCrossOriginPost(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	n := startAdminNode(t, dir, "a", adminRules)
 	if got := n.spend("r", "victim", 6); got != 5 {
@@ -251,6 +253,7 @@ func openFDs(t *testing.T, pid int) int {
 // refused with a reason, and the silent connections it holds are closed by
 // its header timeout, after which the endpoint answers again.
 func TestAdminConnectionFloodDoesNotStopDecisions(t *testing.T) {
+	t.Parallel()
 	const capConns, flood = 8, 300
 	metrics := "127.0.0.1:" + freePort(t)
 	n := startAdminNode(t, tempDir(t), "a", adminRules, "--admin-max-conns", fmt.Sprint(capConns), "--metrics-addr", metrics)
@@ -334,6 +337,7 @@ func TestAdminConnectionFloodDoesNotStopDecisions(t *testing.T) {
 // naming the address and what to do, serving nothing, instead of letting
 // the squatter answer the CLI in the daemon's name.
 func TestAdminAddressTakenExitsWithClearError(t *testing.T) {
+	t.Parallel()
 	squatter, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -384,6 +388,7 @@ func TestAdminAddressTakenExitsWithClearError(t *testing.T) {
 // --metrics-addr, for scraping from the pod network, serves metrics and
 // health and none of the admin API.
 func TestMetricsAddrServesMetricsButNotTheAdminAPI(t *testing.T) {
+	t.Parallel()
 	metrics := "127.0.0.1:" + freePort(t)
 	n := startAdminNode(t, tempDir(t), "a", adminRules, "--metrics-addr", metrics)
 	n.spend("r", "k", 1)
@@ -414,6 +419,7 @@ func TestMetricsAddrServesMetricsButNotTheAdminAPI(t *testing.T) {
 // Listings do not show client keys raw unless --admin-show-keys: an API key
 // used as a limit key does not leak through /v1/top or the status page.
 func TestAdminTopRedactsKeysByDefault(t *testing.T) {
+	t.Parallel()
 	const secret = "sk_live_0123456789abcdef"
 	const redacted = "sk_l…342e20dec519" // printf %s sk_live_0123456789abcdef | sha256sum | cut -c1-12
 	for _, tt := range []struct {
@@ -462,6 +468,7 @@ func buildSluiceCLI(t *testing.T) string {
 // told the other); `sluice reset` against one clears it on both, and
 // consumption after the reset is charged on both.
 func TestResetReachesTheClusterThroughTheCLI(t *testing.T) {
+	t.Parallel()
 	cli := buildSluiceCLI(t)
 	dir := tempDir(t)
 	portA, portB := freePort(t), freePort(t)

@@ -142,6 +142,7 @@ func clientInOrder(t *testing.T, what, s string, want ...string) {
 // speaks garbage, is redialled with the backoff of a failed dial: before,
 // ~1,300 connections a second. Default reconnect settings (10 ms to 2 s).
 func TestClientBacksOffFromDaemonThatMisbehavesAfterHandshake(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name  string
 		after func(net.Conn)
@@ -314,6 +315,7 @@ func clientStop(t *testing.T, p *proc) {
 // it before sending anything, fails open, counts and logs it with the path,
 // the uid found and the uids expected; sluice doctor says the same.
 func TestClientRefusesASocketServedByAnotherUser(t *testing.T) {
+	t.Parallel()
 	clientNeedRoot(t)
 	dir := clientSharedDir(t)
 	sockDir := filepath.Join(dir, "run")
@@ -371,6 +373,7 @@ func TestClientRefusesASocketServedByAnotherUser(t *testing.T) {
 // service looks under its own $TMPDIR/sluice-UID). Its first failure names
 // the path and the cause, and sluice doctor says how to fix each.
 func TestClientAsAnotherUserIsToldWhyAndHow(t *testing.T) {
+	t.Parallel()
 	clientNeedRoot(t)
 	dir := clientSharedDir(t)
 	open := filepath.Join(dir, "open")
@@ -439,6 +442,7 @@ func TestClientAsAnotherUserIsToldWhyAndHow(t *testing.T) {
 // A daemon killed with -9 leaves its socket: the first failed call names
 // the path and says that nothing listens there.
 func TestClientFirstFailureAfterKill9NamesThePath(t *testing.T) {
+	t.Parallel()
 	sock := filepath.Join(tempDir(t), "d.sock")
 	p := startDaemon(t, "--socket", sock, "--admin-addr", "")
 	eventually(t, "sluiced serves", func() bool { return strings.Contains(p.stderr.String(), "sluiced serving") })
@@ -471,6 +475,7 @@ func TestClientFirstFailureAfterKill9NamesThePath(t *testing.T) {
 // caller on the same connection keeps being decided by the real sluiced,
 // which never sees the oversize frame.
 func TestClientOversizeCallerFailsAlone(t *testing.T) {
+	t.Parallel()
 	sock := filepath.Join(tempDir(t), "d.sock")
 	p := startDaemon(t, "--socket", sock, "--admin-addr", "")
 	eventually(t, "sluiced serves", func() bool { return strings.Contains(p.stderr.String(), "sluiced serving") })

@@ -119,6 +119,7 @@ func ghouseFakePeer(t *testing.T, reply []byte) (addr string, answered *atomic.I
 // list, sent to the daemon: the guard cannot read it, memberlist decrypts
 // it, reads the list and refuses it; the daemon stays up.
 func TestGhouseEncryptedShortVersionListLeavesDaemonUp(t *testing.T) {
+	t.Parallel()
 	n := startTransportNode(t, "victim", transportTestKey)
 	msg := labelled("sluice", ghouseEncrypt(t, transportTestKey, "sluice", ghouseShortVsnPushPull()))
 	for range 3 {
@@ -138,6 +139,7 @@ func TestGhouseEncryptedShortVersionListLeavesDaemonUp(t *testing.T) {
 // refuses the join. Either way the join fails, is retried, and the daemon
 // stays up.
 func TestGhouseShortVersionListInAReplyLeavesDaemonUp(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name    string
 		key     string

@@ -141,6 +141,7 @@ func httpCodes(base, path string, n int, headers map[string]string) []int {
 // keys) used to make the daemon refuse the check and the proxies serve the
 // request unlimited. Now they are limited like any other key.
 func TestHTTPAttackLongAPIKeyThroughBothProxies(t *testing.T) {
+	t.Parallel()
 	r := startHTTPRig(t, "rules:\n  api:\n    rate: 2/1h\n", "identity:\n  header: X-API-Key\ndefault:\n  - rule: api\n")
 	for _, px := range []struct{ name, base string }{{"sidecar", r.side}, {"built-in", r.builtIn}} {
 		for _, n := range []int{300, 100 << 10} {
@@ -166,6 +167,7 @@ func TestHTTPAttackLongAPIKeyThroughBothProxies(t *testing.T) {
 // the one the proxy does not write, to get a fresh bucket each time. Only
 // the header the operator named is read, so it cannot.
 func TestHTTPAttackBothForwardingHeaders(t *testing.T) {
+	t.Parallel()
 	routes := func(header string) string {
 		return "identity:\n  trusted_proxies: [127.0.0.1]\n  forwarded_header: " + header + "\ndefault:\n  - rule: api\n"
 	}
@@ -207,6 +209,7 @@ func TestHTTPAttackBothForwardingHeaders(t *testing.T) {
 // not exist, stops either proxy from starting, with the file and line; a
 // reload to such a file keeps the routes in force.
 func TestHTTPAttackRoutesTheRulesCannotServe(t *testing.T) {
+	t.Parallel()
 	const rules = "rules:\n  api:\n    rate: 2/1h\n"
 	const good = "identity:\n  header: X-API-Key\ndefault:\n  - rule: api\n"
 	// want is what the error says; at is its file:line:column and field,
@@ -288,6 +291,7 @@ func TestHTTPAttackRoutesTheRulesCannotServe(t *testing.T) {
 // The daemon is killed under --fail-closed: the sidecar answers 503 with a
 // Retry-After of 1 to 5 s, never 429 with Retry-After 0.
 func TestHTTPAttackDaemonStoppedUnderFailClosed(t *testing.T) {
+	t.Parallel()
 	r := startHTTPRig(t, "rules:\n  api:\n    rate: 100/1s\n", "identity:\n  header: X-API-Key\ndefault:\n  - rule: api\n", "--fail-closed")
 	if code, _ := httpDo(r.side, "/", map[string]string{"X-API-Key": "k"}); code != 200 {
 		t.Fatalf("before the outage: %d", code)
@@ -361,6 +365,7 @@ func TestHTTPFailOpenLoggedOncePerIntervalCountedEveryTime(t *testing.T) {
 // Limit, Remaining and the policy agree for every algorithm, through both
 // proxies, and the reset is sent as X-RateLimit-Reset too.
 func TestHTTPHeadersConsistentForEveryAlgorithm(t *testing.T) {
+	t.Parallel()
 	algorithms := []struct {
 		name     string
 		admitted int
@@ -406,6 +411,7 @@ func TestHTTPHeadersConsistentForEveryAlgorithm(t *testing.T) {
 // names is dropped. Both proxies notice without a reload of their own and
 // say so at ERROR with the routes file's line, and their metrics show it.
 func TestHTTPRulesChangingUnderTheRoutesAreNoticed(t *testing.T) {
+	t.Parallel()
 	r := startHTTPRig(t, "rules:\n  api:\n    rate: 2/1h\n  other:\n    rate: 2/1h\n",
 		"identity:\n  header: X-API-Key\nroutes:\n  - match: /\n    limits: [{rule: api}]\n", "--routes-check-interval", "100ms")
 	httpWrite(t, r.rules, "rules:\n  other:\n    rate: 2/1h\n") // the daemon watches its rules file
@@ -435,6 +441,7 @@ func TestHTTPRulesChangingUnderTheRoutesAreNoticed(t *testing.T) {
 // answered 500 "rate limit misconfigured" by both proxies, never forwarded,
 // counted and logged; other keys are served as usual.
 func TestHTTPInvalidDecisionIsA500NotAPass(t *testing.T) {
+	t.Parallel()
 	r := startHTTPRig(t, "rules:\n  api:\n    rate: 10/1h\n    overrides:\n      \"key:tiny\": {rate: 1/1h, burst: 1}\n",
 		"identity:\n  header: X-API-Key\ndefault:\n  - rule: api\n    cost: 5\n")
 	for _, px := range []struct{ name, base, metrics string }{{"sidecar", r.side, r.metrics}, {"built-in", r.builtIn, r.admin}} {

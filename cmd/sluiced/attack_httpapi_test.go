@@ -143,6 +143,7 @@ rules:
 // socket's clients see spent, and the other way round; several checks are
 // all or nothing, as the socket's CHECK.
 func TestHTTPAPIDecidesOnTheDaemonsBuckets(t *testing.T) {
+	t.Parallel()
 	n := startHTTPAPINode(t, httpAPIRules, "")
 	// Dial waits for the first connection: a call before it would fail open.
 	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
@@ -178,6 +179,7 @@ func TestHTTPAPIDecidesOnTheDaemonsBuckets(t *testing.T) {
 // type, headers sent a byte at a time, connections beyond the cap. The
 // socket keeps deciding throughout.
 func TestHTTPAPIHostileInputs(t *testing.T) {
+	t.Parallel()
 	n := startHTTPAPINode(t, httpAPIRules, "", "--http-max-conns", "8", "--max-key-len", "64")
 	// Dial waits for the first connection: a call before it would fail open.
 	c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
@@ -376,6 +378,7 @@ func startNginx(t *testing.T, sluiceHTTP, upstream string) (listen, prefix strin
 // requests, and other keys are limited apart. With sluiced killed, nginx
 // fails open.
 func TestHTTPAPIForwardAuthBehindNginx(t *testing.T) {
+	t.Parallel()
 	nginxBinary(t)
 	const limit = 50
 	rules, routes, app, served := forwardAuthFixture(t, limit)
@@ -532,6 +535,7 @@ func startCaddy(t *testing.T, sluiceHTTP, upstream string) (listen string, out *
 // (Caddy copies the endpoint's answer to the client), the service seeing
 // only the admitted requests.
 func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
+	t.Parallel()
 	caddyBinary(t)
 	const limit = 40
 	rules, routes, app, served := forwardAuthFixture(t, limit)
@@ -563,6 +567,7 @@ func TestHTTPAPIForwardAuthBehindCaddy(t *testing.T) {
 // SIGHUP re-reads the forward-auth routes: a good file takes effect, a bad
 // one (a rule the daemon does not have) keeps the routes in force.
 func TestHTTPAPISighupReloadsForwardAuthRoutes(t *testing.T) {
+	t.Parallel()
 	rules := "rules:\n  api:\n    rate: 100/1h\n  other:\n    rate: 100/1h\n"
 	n := startHTTPAPINode(t, rules, "default: [{rule: api}]\n")
 	routesPath := filepath.Join(filepath.Dir(n.sock), "routes.yaml")
@@ -600,6 +605,7 @@ func TestHTTPAPISighupReloadsForwardAuthRoutes(t *testing.T) {
 // watched rules file drops the rule a route names), the routes are checked
 // again: the problem is logged at ERROR and the routes in force stay.
 func TestHTTPAPIRoutesRecheckedWhenRulesChange(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	rulesPath, routesPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "routes.yaml")
 	if err := os.WriteFile(rulesPath, []byte("rules:\n  api:\n    rate: 100/1h\n  other:\n    rate: 100/1h\n"), 0o600); err != nil {
@@ -633,6 +639,7 @@ func TestHTTPAPIRoutesRecheckedWhenRulesChange(t *testing.T) {
 // address in the message, never a daemon serving without the API its
 // operator asked for.
 func TestHTTPAPIAddressTakenExitsWithClearError(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

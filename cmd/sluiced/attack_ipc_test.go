@@ -126,6 +126,7 @@ func ipcServed(sock string) bool {
 // --max-conns; a new client is still served, because the longest-idle
 // connection is closed to make room.
 func TestIPCAttackIdleConnectionsDoNotLockOutNewClients(t *testing.T) {
+	t.Parallel()
 	const maxConns = 100
 	_, sock, admin := ipcStart(t, "--max-conns", strconv.Itoa(maxConns))
 	idlers := make([]*ipcRaw, 0, maxConns)
@@ -159,6 +160,7 @@ func TestIPCAttackIdleConnectionsDoNotLockOutNewClients(t *testing.T) {
 // Slow loris: connections that send part of a frame and stall are closed
 // within the frame timeout (5 s), and do not lock new clients out meanwhile.
 func TestIPCAttackSlowLorisPartialFrames(t *testing.T) {
+	t.Parallel()
 	const maxConns = 50
 	_, sock, admin := ipcStart(t, "--max-conns", strconv.Itoa(maxConns))
 	loris := make([]*ipcRaw, 0, maxConns)
@@ -247,6 +249,7 @@ func TestIPCHammerHelperProcess(t *testing.T) {
 // connections and never reads: the allowed clients are all served, none
 // meets the cap, because refused peers are closed before they count.
 func TestIPCAttackRefusedUserCannotLockOutAllowedClients(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a client as another user")
 	}
@@ -355,6 +358,7 @@ func TestIPCAttackRefusedUserCannotLockOutAllowedClients(t *testing.T) {
 // terminal escapes, bad requests and garbage frames, over hundreds of
 // connections, makes a handful of log lines, none long, none forged.
 func TestIPCAttackCannotAmplifyLogs(t *testing.T) {
+	t.Parallel()
 	p, sock, admin := ipcStart(t, "--log-level", "debug", "--max-conns", "1000")
 	before := strings.Count(p.stderr.String(), "\n")
 	name := strings.Repeat("\n2026-01-01T00:00:00.000Z [ERROR] sluiced: forged line \x1b[31m", 1000) // ~60 KB
@@ -398,6 +402,7 @@ func TestIPCAttackCannotAmplifyLogs(t *testing.T) {
 // sluice_client_failed_open_total by no more than the report budget
 // (10M at once, 1M/s), and is logged with the client's name and uid.
 func TestIPCAttackReportCannotPoisonFailedOpenMetric(t *testing.T) {
+	t.Parallel()
 	p, sock, admin := ipcStart(t)
 	start := time.Now()
 	for i := range 20 {
@@ -472,6 +477,7 @@ const (
 // most 128 of those frames are held at once, the others wait in the
 // kernel's socket buffers, and the frame timeout closes them all.
 func TestIPCAttackMemoryStaysBounded(t *testing.T) {
+	t.Parallel()
 	const idle, stalled = 2000, 500
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < idle+stalled+200 {
@@ -538,6 +544,7 @@ func TestIPCAttackMemoryStaysBounded(t *testing.T) {
 // is refused at start with a clear error and exit status 1; a missing one
 // is created 0750.
 func TestIPCAttackUnsafeSocketDirIsRefusedAtStart(t *testing.T) {
+	t.Parallel()
 	base := tempDir(t)
 	mk := func(name string, mode os.FileMode, owner int) string {
 		d := filepath.Join(base, name)
@@ -598,6 +605,7 @@ func TestIPCAttackUnsafeSocketDirIsRefusedAtStart(t *testing.T) {
 // ERROR level, on either side, even as the survivor keeps trying to
 // reach the member that left and then shuts down in turn.
 func TestIPCShutdownAndLeaveLogNoErrors(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	portA, portB := freePort(t), freePort(t)
 	sockA, sockB := filepath.Join(dir, "a.sock"), filepath.Join(dir, "b.sock")
@@ -658,6 +666,7 @@ func TestIPCShutdownAndLeaveLogNoErrors(t *testing.T) {
 // directory it makes 0750, even under a shared sticky $TMPDIR; if another
 // user made that directory first, it refuses to start and says so.
 func TestIPCDefaultSocketDirIsPrivateForAnUnprivilegedUser(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run the daemon as another user")
 	}

@@ -54,6 +54,7 @@ func lifeAwaitExit(t *testing.T, p *proc) int {
 // behind, and never says it is serving: it says so only once everything is
 // bound.
 func TestLifeTakenAddressExitsBeforeServing(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		flag string // the flag given the taken address
@@ -94,6 +95,7 @@ func TestLifeTakenAddressExitsBeforeServing(t *testing.T) {
 // the gossip port released, and "sluiced serving" logged once, before
 // "stopped".
 func TestLifeSigtermReleasesEverything(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock := filepath.Join(dir, "s.sock")
 	bind := "127.0.0.1:" + freePort(t)

@@ -305,6 +305,7 @@ func (c *netnsCluster) assertUp(t *testing.T, what string, before []int64, bound
 // Without a key, a daemon told to gossip on its veth's address refuses to
 // start: exit 1, the fix named, nothing bound.
 func TestNetnsInsecureBindOnVethIsRefused(t *testing.T) {
+	t.Parallel()
 	lab := netnsLab(t)
 	h := lab.Add()
 	dir := tempDir(t)
@@ -395,6 +396,7 @@ func netnsUDP(t *testing.T, from *netnstest.Host) net.PacketConn {
 // with every daemon up and deciding, its peak RSS within the loopback
 // tests' bound, and the cluster still gossiping.
 func TestNetnsStrangerAttacksOnKeyedCluster(t *testing.T) {
+	t.Parallel()
 	c := startNetnsCluster(t, false)
 
 	// (a) The 30-byte user-message stream that killed sluiced and the
@@ -604,6 +606,7 @@ func netnsCrashStreams(t *testing.T, c *netnsCluster) {
 // refuses them as unencrypted before that), the crash streams from a
 // stranger are refused too, and every node stays up.
 func TestNetnsCrashStreamsOnAPlainCluster(t *testing.T) {
+	t.Parallel()
 	netnsCrashStreams(t, startNetnsCluster(t, true))
 }
 

@@ -106,6 +106,7 @@ func peersMetric(t *testing.T, admin string) string {
 // "charges nothing" is proven by a later good packet being charged first
 // (one goroutine handles the packets in order).
 func TestPeersForgedAndReplayedPacketsAreBounded(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	rules := filepath.Join(dir, "rules.yaml")
 	os.WriteFile(rules, []byte(peersRules), 0o600)

@@ -64,6 +64,7 @@ func lastLine(s string) string {
 // TestPythonClient runs the Python client's whole unittest suite against
 // the sluiced this test run built. No test of it may skip here.
 func TestPythonClient(t *testing.T) {
+	t.Parallel()
 	py := pythonWithMsgpack(t)
 	dir, err := filepath.Abs(pythonClientDir)
 	if err != nil {
@@ -91,6 +92,7 @@ func TestPythonClient(t *testing.T) {
 // network (--no-index; --no-build-isolation builds with the system's
 // setuptools instead of downloading one), and imports it from elsewhere.
 func TestPythonClientInstallsOffline(t *testing.T) {
+	t.Parallel()
 	py := pythonWithMsgpack(t)
 	if out, err := exec.Command(py, "-c", "import venv, ensurepip, setuptools").CombinedOutput(); err != nil {
 		why := "python3 lacks venv, ensurepip or setuptools (Debian: python3-venv python3-setuptools): " + lastLine(string(out))

@@ -133,6 +133,7 @@ func rlsStart(t *testing.T, dir, cfg string, args ...string) (p *proc, unixTarge
 }
 
 func TestRLSDecidesAsRatelimitDoes(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	_, unixTarget, tcpTarget, _ := rlsStart(t, dir, rlsConfig, "--envoy-response-headers")
 	c := rlsClient(t, unixTarget)
@@ -291,6 +292,7 @@ func TestRLSDecidesAsRatelimitDoes(t *testing.T) {
 // The YAML reloads on change, on SIGHUP, and a bad one keeps the last good
 // configuration with the error named by file, line and column.
 func TestRLSConfigHotReload(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	p, unixTarget, _, cfgPath := rlsStart(t, dir, rlsConfig)
 	c := rlsClient(t, unixTarget)
@@ -414,6 +416,7 @@ func TestRLSClusterLimitHoldsAcrossThreeNodes(t *testing.T) {
 // SIGTERM ends the rate limit service with the daemon: the process exits 0
 // and the gRPC socket file is gone.
 func TestRLSShutsDownWithTheDaemon(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	p, unixTarget, _, _ := rlsStart(t, dir, rlsConfig)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -440,6 +443,7 @@ func TestRLSShutsDownWithTheDaemon(t *testing.T) {
 // listed is refused before gRPC reads a byte, and a TCP listener, which
 // cannot tell who connects, is refused at start.
 func TestRLSAllowUIDsGuardTheGRPCSocket(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs to run as root (uid 0 is the caller allowed below)")
 	}

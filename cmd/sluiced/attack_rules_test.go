@@ -55,6 +55,7 @@ func rulesDoc(n int, count int64) (header string, chunks []string) {
 // the middle of the write; the complete file is applied once the writer
 // closes it.
 func TestRulesFileWrittenSlowlyInPlaceIsNeverLoadedHalfWay(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
 	const n, oldCount, newCount = 10, 1_000_000, 2_000_000
@@ -138,6 +139,7 @@ func TestRulesFileWrittenSlowlyInPlaceIsNeverLoadedHalfWay(t *testing.T) {
 // A rules file past the size cap is refused with an error naming the file
 // and the cap: at start the daemon exits; on reload the last good rules stay.
 func TestRulesFileLargerThanTheCapIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock, rules, huge := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "huge.yaml")
 	good := "rules:\n  r:\n    rate: 2/1h\n"
@@ -226,6 +228,7 @@ func rulesReadyz(t *testing.T, admin string) map[string]any {
 // so in the log and /readyz; when the service answers again its rules replace
 // the cache's.
 func TestRulesURLDownAtStartUsesTheCache(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock, cache := filepath.Join(dir, "d.sock"), filepath.Join(dir, "state", "rules.cache.yaml")
 	os.Mkdir(filepath.Dir(cache), 0o700)
@@ -287,6 +290,7 @@ func TestRulesURLDownAtStartUsesTheCache(t *testing.T) {
 // default limits (100/s on "default"), which would deny real traffic; it
 // says so loudly. The service's rules apply once it answers.
 func TestRulesURLDownAtStartWithoutCacheFailsOpenNotOnDefaults(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock := filepath.Join(dir, "d.sock")
 	rs := newRulesServer(t)
@@ -361,6 +365,7 @@ func rulesLiveHeap(t *testing.T, admin string) float64 {
 // is admitted, and the daemon's live heap stays within
 // keys × per-key + budget of where it started.
 func TestSlidingLogFloodStaysWithinTheLogBudget(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
 	os.WriteFile(rules, []byte("rules:\n  logged:\n    rate: 10000/1h\n    algorithm: sliding_log\n"), 0o600)

@@ -96,6 +96,7 @@ func secureNode(t *testing.T, dir, name, rules string, env []string, args ...str
 // hosts, or leak its key, or take it from a file others can read, is
 // refused at start: exit 1, the fix named, the key never printed.
 func TestSecureUnsafeGossipSettingsAreRefusedAtStart(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	port := freePort(t)
 	sock := filepath.Join(dir, "d.sock")
@@ -229,6 +230,7 @@ func secureOutsideAddr() string {
 // /metrics that its gossip is unencrypted. From the host's other address
 // nothing of either answers.
 func TestSecureLoneDaemonListensOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	outside := secureOutsideAddr()
 	check := func(t *testing.T, p *proc, wantGossipPort string) {
 		t.Helper()
@@ -297,6 +299,7 @@ func TestSecureLoneDaemonListensOnLoopbackOnly(t *testing.T) {
 // start, "gossip_insecure": true in /readyz, sluice_gossip_insecure 1, and
 // every member shown PLAINTEXT by `sluice members`.
 func TestSecureInsecureGossipIsLoudEverywhere(t *testing.T) {
+	t.Parallel()
 	cli := buildSluiceCLI(t)
 	dir := tempDir(t)
 	portA, portB := freePort(t), freePort(t)
@@ -334,6 +337,7 @@ func TestSecureInsecureGossipIsLoudEverywhere(t *testing.T) {
 // cluster, share a limit, report encrypted gossip, `sluice members` shows
 // both encrypted, and the key is in neither process's command line.
 func TestSecureKeyFromEnvironmentOrFile(t *testing.T) {
+	t.Parallel()
 	cli := buildSluiceCLI(t)
 	dir := tempDir(t)
 	portA, portB := freePort(t), freePort(t)
@@ -424,6 +428,7 @@ func secureRogue(t *testing.T, name, label string) *memberlist.Memberlist {
 // the key. The same injection from a node with the right label charges the
 // victim key, so the packets would have counted.
 func TestSecureWrongLabelWithTheRightKeyCannotJoinOrInject(t *testing.T) {
+	t.Parallel()
 	if k, err := base64.StdEncoding.DecodeString(secureKey); err != nil || string(k) != "sluice-test-key-" {
 		t.Fatalf("secureKey is not the rogue's key: %q %v", k, err)
 	}
@@ -498,6 +503,7 @@ func TestSecureWrongLabelWithTheRightKeyCannotJoinOrInject(t *testing.T) {
 // (SIGHUP): the daemon keeps the keys in use, says why and how to fix it,
 // and stays up and encrypted; made private again, it reloads.
 func TestSecureKeyringOpenedWhileRunningIsNotReloaded(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	ring := filepath.Join(dir, "keyring.json")
 	if err := os.WriteFile(ring, []byte(`["`+secureKey+`"]`), 0o600); err != nil {

@@ -184,6 +184,7 @@ func TestSendersKeyedRogueCannotSendInOthersNames(t *testing.T) {
 // loopback address it is not reached at by default (127.0.0.2): its packets
 // must come from the address it advertises, or its counters are refused.
 func TestSendersAdvertisedAddressStillCounts(t *testing.T) {
+	t.Parallel()
 	if ln, err := net.ListenPacket("udp", "127.0.0.2:0"); err != nil {
 		t.Skipf("127.0.0.2 is not usable here: %v", err)
 	} else {
@@ -242,6 +243,7 @@ func sendersSealV0(t *testing.T, msg, ad []byte) []byte {
 // decrypting (refused as malformed) and the stream guard refuses version 0
 // (Sluice writes version 1); the daemon stays up and still counts.
 func TestSendersBadPaddingCannotCrashTheDaemon(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"packet", "stream"} {
 		t.Run(path, func(t *testing.T) {
 			dir := tempDir(t)

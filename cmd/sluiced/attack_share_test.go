@@ -229,13 +229,14 @@ func abs(x float64) float64 {
 
 // A key new to the cluster, hit on every node at once (160 calls from 8
 // callers, then twice the limit each), is admitted about one burst plus what the cluster admits in one
-// propagation delay in the first second, not a burst per node; over 10 s
-// the cluster holds burst + rate × T.
+// propagation delay in the first second, not a burst per node; over 5 s
+// the cluster holds burst + rate × T (within 10%). The load runs those 5 s
+// and no longer: nothing after them is asserted.
 func TestProcsFirstContactIsAboutOneBurst(t *testing.T) {
 	for _, n := range []int{3, 10} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			nodes := shareCluster(t, n, 200*time.Millisecond)
-			admitted, _ := shareDrive(nodes, "fresh", 160, 200, 10)
+			admitted, _ := shareDrive(nodes, "fresh", 160, 200, 5)
 			first, _, _ := shareReport(t, admitted)
 			// One burst, the rate for the second, and the cluster's rate for
 			// one propagation delay (two 200 ms intervals and the network).

@@ -27,6 +27,7 @@ const qemuRequireEnv = "SLUICE_REQUIRE_QEMU"
 // Skips without qemu-aarch64; SLUICE_REQUIRE_QEMU=1 (set by .ci/run)
 // fails instead.
 func TestShipArm64ReleaseRunsUnderEmulation(t *testing.T) {
+	t.Parallel()
 	var emulator []string
 	if runtime.GOARCH != "arm64" {
 		qemu, err := exec.LookPath("qemu-aarch64")

@@ -106,6 +106,7 @@ func saveImage(t *testing.T, tool, tag, dir string) (rootfs string, files []stri
 }
 
 func TestShipImageHoldsOnlyTheBinaryAndStartsFromIt(t *testing.T) {
+	t.Parallel()
 	// The binary as scripts/release.sh builds it (static, trimmed); the
 	// script itself, and its reproducibility, are .ci/run's release step.
 	tool, tag, dir := buildImage(t, ".", "sluiced", "Containerfile.scratch")

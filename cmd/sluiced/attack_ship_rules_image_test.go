@@ -20,6 +20,7 @@ import (
 // image's environment, it starts with no flags, creates its SQLite
 // database and admin token in /data (a volume, in a pod), and answers.
 func TestShipRulesImageHoldsOnlyTheBinaryAndServes(t *testing.T) {
+	t.Parallel()
 	tool, tag, dir := buildImage(t, filepath.Join("..", "sluice-rules"), "sluice-rules", "Containerfile.rules-scratch")
 
 	out, err := exec.Command(tool, "inspect", "--format", "{{.Config.User}} {{json .Config.Entrypoint}} {{json .Config.Env}}", tag).CombinedOutput()

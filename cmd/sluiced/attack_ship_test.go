@@ -90,6 +90,7 @@ func startShipNode(t *testing.T, bin, dir, name string, args ...string) *adminNo
 // the sluice_build_info metric, and the version a peer sees in gossip
 // metadata all show the stamped build.
 func TestShipVersionIsOneSource(t *testing.T) {
+	t.Parallel()
 	sluiced, sluice := shipBinaries(t)
 	line := fmt.Sprintf("%s (revision %s+dirty, committed %s, %s)", shipVersion, shipRevision, shipTime, runtime.Version())
 	if code, out, _ := runOut(t, sluiced, "--version"); code != 0 || out != "sluiced version "+line+"\n" {
@@ -139,6 +140,7 @@ func memberVersion(v adminapi.MembersView, name string) string {
 // daemon anywhere, the embedded default rules valid, a broken pair of files
 // refused with every problem on its own file:line:col line and no Go names.
 func TestShipLintRunsWithoutADaemon(t *testing.T) {
+	t.Parallel()
 	_, sluice := shipBinaries(t)
 	dir := tempDir(t)
 	rules := filepath.Join(dir, "rules.yaml")
@@ -197,6 +199,7 @@ func copyExecutable(t *testing.T, src, dir string) string {
 // connects through the group bits (--socket-mode 0660). A directory another
 // user made first at the socket directory's name is refused.
 func TestShipSocketOnAnEmptyDirWithFSGroup(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it runs the daemon and the app as two other users")
 	}
@@ -286,6 +289,7 @@ func TestShipSocketOnAnEmptyDirWithFSGroup(t *testing.T) {
 // file group-writable, or readable by others, is refused; a daemon running
 // as root still refuses a group-readable key (TestSecureUnsafeGossipSettingsAreRefusedAtStart).
 func TestShipGossipKeyFromASecretWithFSGroup(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the key is root's and the daemon runs as another user")
 	}
@@ -357,6 +361,7 @@ func TestShipGossipKeyFromASecretWithFSGroup(t *testing.T) {
 // resolved from an /etc/hosts bind-mounted, in a mount namespace of the
 // fourth daemon's own, over the real one (and rewritten in place).
 func TestShipJoinThroughANameWithSeveralAddresses(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		rejoin bool
@@ -442,6 +447,7 @@ func testJoinThroughAName(t *testing.T, later bool) {
 // environment as the app's user, and answers through the sidecar until the
 // "default" rule's burst is spent.
 func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the daemon and the app run as the pod's users")
 	}
@@ -606,6 +612,7 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 // the socket's path and the fix; a service that does not trust the
 // daemon's uid is told to set SLUICE_DAEMON_UIDS.
 func TestShipSystemdUnitSharesTheSocketWithItsGroup(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the daemon and the services run as other users")
 	}
@@ -712,6 +719,7 @@ func TestShipSystemdUnitSharesTheSocketWithItsGroup(t *testing.T) {
 // unit fails the test. Skips without systemd-analyze (Debian's systemd
 // package); SLUICE_REQUIRE_SYSTEMD=1 (set by .ci/run) fails instead.
 func TestShipSystemdUnitVerifies(t *testing.T) {
+	t.Parallel()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		if os.Getenv("SLUICE_REQUIRE_SYSTEMD") != "" {

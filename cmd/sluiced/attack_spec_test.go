@@ -58,6 +58,7 @@ type specFrame struct {
 // newcomer to arrive within sluiced's idle_reap (1 s) of the first
 // connection's last frame, a race on a loaded machine.
 func TestSpecVectorsAgainstSluiced(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../../ipc/testdata/vectors.json")
 	if err != nil {
 		t.Fatal(err)

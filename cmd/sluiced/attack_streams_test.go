@@ -28,6 +28,7 @@ import (
 // 0600, naming the file, its owner and the fix, as ssh refuses a key owned
 // by another user. Needs root to chown.
 func TestStreamsKeyFileOwnedByAnotherUserIsRefused(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to chown a key file to nobody (uid 65534)")
 	}
@@ -128,6 +129,7 @@ func streamsPushPull(t *testing.T, states []streamsNodeState, user []byte) []byt
 // than streamsReplyBoundMiB. With a key, a reply declaring an encrypted
 // frame beyond the cap is refused the same way.
 func TestStreamsHostileRepliesAreRefused(t *testing.T) {
+	t.Parallel()
 	fake := func(vsn ...uint8) []streamsNodeState {
 		return []streamsNodeState{{Name: "fake", Addr: []byte{127, 0, 0, 1}, Port: 1, State: 0, Vsn: vsn}}
 	}

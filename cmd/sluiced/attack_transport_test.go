@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -59,9 +60,12 @@ func startTransportNode(t *testing.T, name, key string, args ...string) *transpo
 		t.Fatal(err)
 	}
 	n := &transportNode{sock: filepath.Join(dir, name+".sock"), gossip: "127.0.0.1:" + freePort(t)}
-	t.Setenv("SLUICE_GOSSIP_KEY", key)
-	n.p = startDaemon(t, append([]string{"--socket", n.sock, "--rules", rules, "--no-watch", "--node-name", name,
+	// The key goes in the daemon's environment only (not t.Setenv: these
+	// tests run in parallel); an empty one overrides any inherited key.
+	cmd := exec.Command(binary, append([]string{"--socket", n.sock, "--rules", rules, "--no-watch", "--node-name", name,
 		"--bind", n.gossip}, args...)...)
+	cmd.Env = append(os.Environ(), "SLUICE_ADMIN_ADDR=", "SLUICE_GOSSIP_KEY="+key)
+	n.p = startProc(t, cmd)
 	eventually(t, name+" serves its socket", func() bool {
 		c, err := clientlib.Dial(context.Background(), clientlib.Options{SocketPath: n.sock, Timeout: 5 * time.Second})
 		if err != nil {
@@ -159,6 +163,7 @@ func sendStream(t *testing.T, addr string, b []byte) {
 // kill the daemon (memberlist trusted the header). Every variant, plain and
 // against an encrypted daemon, leaves it up.
 func TestGossipStreamCrashPayloadsLeaveDaemonUp(t *testing.T) {
+	t.Parallel()
 	payloads := []struct {
 		name string
 		b    []byte
@@ -259,6 +264,7 @@ const transportMemoryBoundMiB = 160
 // all 12 MiB. The daemon stays up, refuses and counts them, and its peak
 // RSS grows by less than transportMemoryBoundMiB.
 func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
+	t.Parallel()
 	n, metrics := startTransportVictim(t, transportTestKey)
 	pid := n.p.cmd.Process.Pid
 	baseRSS, baseHWM := procKiB(t, pid, "VmRSS"), procKiB(t, pid, "VmHWM")
@@ -322,6 +328,7 @@ func TestGossipPreAuthStreamFloodIsBounded(t *testing.T) {
 // once, not queued; once the holders go, streams are accepted again, and a
 // stream that sends nothing is closed within the header deadline (5 s).
 func TestGossipStreamSlotsAndDeadline(t *testing.T) {
+	t.Parallel()
 	n, metrics := startTransportVictim(t, "")
 	var held []net.Conn
 	defer func() {
@@ -390,6 +397,7 @@ func lzwBombPacket(t *testing.T) ([]byte, int) {
 // them by reason, logs them at most once per cause per interval, and its
 // peak RSS barely moves.
 func TestGossipHostilePacketsAreRefused(t *testing.T) {
+	t.Parallel()
 	n, metrics := startTransportVictim(t, "")
 	pid := n.p.cmd.Process.Pid
 	baseHWM := procKiB(t, pid, "VmHWM")
@@ -463,6 +471,7 @@ func TestGossipUndecryptablePacketFloodIsLoggedOncePerInterval(t *testing.T) {
 // header), each sending 1 MiB, 50 at a time. Peak RSS grows by less than
 // transportMemoryBoundMiB.
 func TestGossipPlainDeclaredLengthFloodIsBounded(t *testing.T) {
+	t.Parallel()
 	n, metrics := startTransportVictim(t, "")
 	pid := n.p.cmd.Process.Pid
 	baseRSS, baseHWM := procKiB(t, pid, "VmRSS"), procKiB(t, pid, "VmHWM")

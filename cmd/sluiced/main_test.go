@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +32,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(ipcHammerEnv) != "" { // a helper process (attack_ipc_test.go), maybe as another user: no binary needed
 		os.Exit(m.Run())
 	}
+	flag.Parse()
+	defaultParallel()
 	dir, err := os.MkdirTemp("", "sluiced-bin")
 	if err != nil {
 		panic(err)
@@ -40,6 +45,25 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// parallelTests is how many of the tests that call t.Parallel run at once
+// when go test's -parallel is not given. Those tests mostly wait: on the
+// processes they start, on timers and gossip rounds, on the daemon's frame
+// and header deadlines; GOMAXPROCS of them at once (go test's default, 2 on
+// a two-core machine) leaves the package near go test's 10-minute limit on
+// a loaded machine. The timing and accuracy tests do not call t.Parallel:
+// go test runs them first, one at a time, before any parallel test starts.
+const parallelTests = 4
+
+// defaultParallel sets -test.parallel to parallelTests unless the command
+// line set it (or GOMAXPROCS is higher).
+func defaultParallel() {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0))))
+	}
 }
 
 type proc struct {
@@ -149,6 +173,7 @@ func tempDir(t *testing.T) string {
 }
 
 func TestRunsOnEmbeddedDefaultsWithNoFlags(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock := filepath.Join(dir, "sluice", "sluiced.sock")
 	// No flags and no files: the default socket comes from the environment.
@@ -181,6 +206,7 @@ func TestRunsOnEmbeddedDefaultsWithNoFlags(t *testing.T) {
 }
 
 func TestSighupReloadsAndSigtermShutsDownGracefully(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
 	os.WriteFile(rules, []byte("rules:\n  r:\n    rate: 2/1h\n"), 0o600)
@@ -276,6 +302,7 @@ func TestKill9FailsOpenThenRestartReplacesStaleSocket(t *testing.T) {
 }
 
 func TestBadFlagsAndRulesExitNonZero(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  r:\n    rate: nope\n"), 0o600)
@@ -379,6 +406,7 @@ func TestTwoProcessesShareALimit(t *testing.T) {
 // The sidecar proxy, as shipped: sluiced proxy in front of an upstream,
 // limiting through a running daemon, with a routes file.
 func TestProxyCommandLimitsThroughTheDaemon(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock, rules, routes := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "routes.yaml")
 	os.WriteFile(rules, []byte("rules:\n  api:\n    rate: 2/1h\n  uploads:\n    rate: 100/1h\n"), 0o600)
@@ -436,6 +464,7 @@ func TestProxyCommandLimitsThroughTheDaemon(t *testing.T) {
 
 // The proxy built into the daemon decides in-process.
 func TestBuiltInProxy(t *testing.T) {
+	t.Parallel()
 	dir := tempDir(t)
 	sock, rules := filepath.Join(dir, "d.sock"), filepath.Join(dir, "rules.yaml")
 	os.WriteFile(rules, []byte("rules:\n  default:\n    rate: 2/1h\n"), 0o600)
@@ -514,6 +543,7 @@ func TestSigtermUnderLoadAnswersClientsAndLeaves(t *testing.T) {
 // test mounts a tmpfs with room for a single inode, so it needs root (and
 // the right to mount); elsewhere it skips.
 func TestDiskFullAtStartExitsWithClearError(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to mount a full filesystem")
 	}

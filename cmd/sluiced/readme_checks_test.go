@@ -111,6 +111,7 @@ import (
 )
 
 func TestReadmeService(t *testing.T) {
+	t.Parallel()
 	// The program's client, with a deadline a loaded test machine meets:
 	// what is tested here is the handler, not the 5 ms default.
 	limiter.Close()
@@ -163,6 +164,7 @@ import (
 )
 
 func TestReadmeMiddleware(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	// A deadline a loaded test machine meets (the program's is the 5 ms default).

@@ -65,6 +65,7 @@ var readmeChecks = map[string]func(t *testing.T, e *readmeEnv, b readmeBlock){
 }
 
 func TestReadmeExamples(t *testing.T) {
+	t.Parallel()
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

@@ -12,15 +12,19 @@ import (
 // another seed does not.
 func TestSameSeedSameReport(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  Config
+		name  string
+		cfg   Config
+		heavy bool // skipped under -race (skipHeavyUnderRace)
 	}{
-		{"direct, hot, loss, forming", Config{Nodes: 5, Duration: 3 * time.Second, Loss: 0.1, Rate: 50, JoinSpread: 300 * time.Millisecond}},
-		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, GossipMode: "relay", Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}},
-		{"owner, hot, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2}},
-		{"owner, hot, shares, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2, FirstShare: true}},
+		{"direct, hot, loss, forming", Config{Nodes: 5, Duration: 3 * time.Second, Loss: 0.1, Rate: 50, JoinSpread: 300 * time.Millisecond}, false},
+		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, GossipMode: "relay", Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}, true},
+		{"owner, hot, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2}, false},
+		{"owner, hot, shares, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2, FirstShare: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.heavy {
+				skipHeavyUnderRace(t)
+			}
 			run := func(seed uint64) Report {
 				cfg := tc.cfg
 				cfg.Seed = seed
@@ -54,6 +58,9 @@ func TestSmallClusterHoldsTheLimit(t *testing.T) {
 		{40, 16, 200},
 	} {
 		t.Run(strconv.Itoa(tc.nodes), func(t *testing.T) {
+			if tc.fanout < tc.nodes {
+				skipHeavyUnderRace(t) // relaying over 40 nodes
+			}
 			s, err := New(Config{Nodes: tc.nodes, FanoutLimit: tc.fanout, Duration: 10 * time.Second, Seed: 1})
 			if err != nil {
 				t.Fatal(err)
@@ -76,6 +83,7 @@ func TestSmallClusterHoldsTheLimit(t *testing.T) {
 // other programs on a shared machine do not inflate (generous: -race runs
 // it several times slower).
 func TestBoundedRunTime(t *testing.T) {
+	skipHeavyUnderRace(t)
 	s, err := New(Config{Nodes: 200, Duration: 2 * time.Second, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -199,14 +207,18 @@ func TestOwnerSharesHoldTheLimitAndShareIt(t *testing.T) {
 // report, in each gossip mode.
 func TestSharedMembersSameReport(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  Config
+		name  string
+		cfg   Config
+		heavy bool // skipped under -race (skipHeavyUnderRace)
 	}{
-		{"direct", Config{Nodes: 10, Duration: 2 * time.Second, Loss: 0.05}},
-		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay", Duration: 2 * time.Second, Scenario: Spread, Loss: 0.05}},
-		{"owner", Config{Nodes: 100, GossipMode: "owner", Duration: 2 * time.Second, MinPerNode: 5}},
+		{"direct", Config{Nodes: 10, Duration: 2 * time.Second, Loss: 0.05}, false},
+		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay", Duration: 2 * time.Second, Scenario: Spread, Loss: 0.05}, true},
+		{"owner", Config{Nodes: 100, GossipMode: "owner", Duration: 2 * time.Second, MinPerNode: 5}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.heavy {
+				skipHeavyUnderRace(t)
+			}
 			run := func(copyMembers bool) Report {
 				cfg := tc.cfg
 				cfg.Seed, cfg.copyMembers = 5, copyMembers
@@ -243,13 +255,17 @@ func TestOwnerProbesReachHolders(t *testing.T) {
 		holders  int
 		inBound  bool
 		minProbe int
+		heavy    bool // skipped under -race (skipHeavyUnderRace)
 	}{
-		{"owner", Config{Nodes: 100, GossipMode: "owner"}, "owner", 5, true, 10},
-		{"auto above the fan-out limit", Config{Nodes: 80, FanoutLimit: 16, ProbeHolders: 3}, "owner", 3, true, 10},
-		{"direct", Config{Nodes: 10}, "direct", 0, true, 10},
-		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay"}, "relayed", 0, false, 10},
+		{"owner", Config{Nodes: 100, GossipMode: "owner"}, "owner", 5, true, 10, false},
+		{"auto above the fan-out limit", Config{Nodes: 80, FanoutLimit: 16, ProbeHolders: 3}, "owner", 3, true, 10, true},
+		{"direct", Config{Nodes: 10}, "direct", 0, true, 10, false},
+		{"relay", Config{Nodes: 40, FanoutLimit: 16, GossipMode: "relay"}, "relayed", 0, false, 10, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.heavy {
+				skipHeavyUnderRace(t)
+			}
 			cfg := tc.cfg
 			cfg.Duration, cfg.Seed = 5*time.Second, 2
 			s, err := New(cfg)
