@@ -18,11 +18,12 @@ import (
 // carry the subscription's first prev, ownerfirst.go) took a later one as
 // its first and was never charged what the first carried: the key's debt,
 // or after a failover everything the other nodes took while the owner was
-// dead (1,000 simulated nodes under 30% loss: a few nodes never heard the
-// first second's consumption and admitted every request they were asked;
-// five processes with the owner killed under 30% loss: 105.8% and 110.2%).
+// dead (1,000 simulated nodes under 30% loss: 4 nodes never heard the
+// first second's consumption and admitted every request they were asked,
+// 328% of the limit over 5 s; a suspected cause of the 105.8% and 110.2%
+// of five processes with the owner killed under 30% loss).
 //
-// So a receiver tells the owner what it heard (kind 6, "heard"), per key:
+// So a receiver tells the owner what it heard (kind 9, "heard"), per key:
 // the subscription (gen), the prev it started it with (start) and the
 // last others it heard. It sends that at once for a subscription it just
 // started (or whose start an answer lowered), else once the key's answers
@@ -39,25 +40,29 @@ import (
 //     carried is charged, late but whole. A contributor that confirmed the
 //     first prev is told the last others sent, as before.
 //
-// Compatibility: kind 6 is new; nodes of earlier versions ignore it (kinds
-// above 3 they do not know are ignored), so an old owner never confirms
-// and a new receiver's heard messages cost it one small packet per key and
-// pause. A new owner answering an old receiver (which never sends heard)
+// Compatibility: kind 9 is new (6-8 are left to the aggregation of branch
+// s6-hotkey); nodes of earlier versions ignore it (kinds above 3 they do
+// not know are ignored), so an old owner never confirms and a new
+// receiver's heard messages cost it one small packet per key and pause. A new owner answering an old receiver (which never sends heard)
 // repeats its answers about a quiet key at the backoff above, at most once
 // a second, until the subscription ends (ownerSubTTL after its last
 // counter), and keeps the first prev only for ownerFirstAnswers answers:
 // without heard messages it cannot tell a lost first answer from an old
 // receiver. No protocol number changes.
 //
-//	heard   [6, sender, [[rule, key, gen, start, last(, window)], ...], sent_at]
+//	heard   [9, sender, [[rule, key, gen, start, last, debt(, window)], ...], sent_at]
+//
+// debt is how far below a full bucket the sender's own balance of the key
+// lies: a new owner learns the key's debt from it (ownerlearn.go).
 //
 // Trust: a heard message is taken only from a member, in a packet the
 // transport vouched for (its sender at its source), stamped; it changes
-// only what the owner tells its sender (whether to repeat, which prev), so
-// a lying sender harms nobody but itself.
+// what the owner tells its sender (whether to repeat, which prev), which
+// harms nobody but a lying sender, and, while the aggregate is young, the
+// owner's own balance (a debt of at most a burst: ownerlearn.go).
 
 // msgOwnerHeard is the kind of a receiver's heard message.
-const msgOwnerHeard = 6
+const msgOwnerHeard = 9
 
 // ownerHeardQuiet is how many rounds without an answer about a key a
 // receiver waits before confirming what it heard of it.
@@ -72,7 +77,7 @@ const ownerRepeatWait = 4
 const maxHeardEntries = 4096
 
 // heardOverhead bounds a heard entry's encoded size beyond its strings.
-const heardOverhead = 1 + 2*5 + 4*9
+const heardOverhead = 1 + 2*5 + 5*9
 
 // heardAck is one key's entry in a heard message.
 type heardAck struct {
@@ -80,6 +85,7 @@ type heardAck struct {
 	window      uint64
 	gen         uint64
 	start, last uint64
+	debt        uint64 // how far the sender's balance lies below a full bucket (ownerlearn.go)
 }
 
 // heardTo names a heard entry waiting to be sent: a key, and the owner
@@ -135,7 +141,8 @@ func (s *Syncer) heardMessagesLocked(at uint64) []ownerOut {
 			w = &heardWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
 			writers[t.owner] = w
 		}
-		w.add(heardAck{rule: t.k.rule, key: t.k.key, window: t.k.window, gen: d.gen, start: d.start, last: d.last})
+		w.add(heardAck{rule: t.k.rule, key: t.k.key, window: t.k.window, gen: d.gen, start: d.start, last: d.last,
+			debt: s.debtLocked(t.k)}) // ownerlearn.go
 	}
 	out := make([]ownerOut, 0, len(writers))
 	for name, w := range inOrder(s.simRand(), writers, compareNames) {
@@ -158,6 +165,8 @@ func (s *Syncer) receiveHeard(b []byte) error {
 	if err != nil {
 		return err
 	}
+	var learn []learnt
+	defer func() { s.adoptLearnt(learn) }() // ownerlearn.go; after s.mu is let go
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.memberLocked(sender) {
@@ -166,6 +175,7 @@ func (s *Syncer) receiveHeard(b []byte) error {
 	if err := s.checkStampLocked(sender, sentAt, true); err != nil {
 		return fmt.Errorf("heard message from %.64q: %w", sender, err)
 	}
+	now := s.sinceBorn()
 	for _, a := range acks {
 		o := s.owner.mine[aggKey{a.rule, a.key, a.window}]
 		if o == nil {
@@ -177,6 +187,7 @@ func (s *Syncer) receiveHeard(b []byte) error {
 		}
 		sub.heardAcks = true
 		sub.told = max(sub.told, min(a.last, sub.sent))
+		learn = s.learnDebtLocked(learn, o, a, now) // ownerlearn.go
 		switch {
 		case a.start == sub.first:
 			sub.confirmed = true
@@ -216,10 +227,10 @@ func (w *heardWriter) add(a heardAck) {
 	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxHeardEntries) {
 		w.flush()
 	}
-	b := mp.AppendArrayHeader(w.body, entryFields(5, a.window))
+	b := mp.AppendArrayHeader(w.body, entryFields(6, a.window))
 	b = mp.AppendStr(b, a.rule)
 	b = mp.AppendStr(b, a.key)
-	for _, v := range [...]uint64{a.gen, a.start, a.last} {
+	for _, v := range [...]uint64{a.gen, a.start, a.last, a.debt} {
 		b = mp.AppendUint(b, v)
 	}
 	w.body = appendWindow(b, a.window)
@@ -270,8 +281,8 @@ func decodeHeard(b []byte) (sender string, sentAt uint64, acks []heardAck, err e
 	acks = make([]heardAck, 0, min(n, 64))
 	for range n {
 		m, err := d.ArrayLen()
-		if err != nil || (m != 5 && m != 6) {
-			return fail(orMalformed(err, &d, "entry must have 5 or 6 fields"))
+		if err != nil || (m != 6 && m != 7) {
+			return fail(orMalformed(err, &d, "entry must have 6 or 7 fields"))
 		}
 		var a heardAck
 		if a.rule, err = str(&d, maxRuleLen, "rule"); err != nil {
@@ -280,7 +291,7 @@ func decodeHeard(b []byte) (sender string, sentAt uint64, acks []heardAck, err e
 		if a.key, err = str(&d, maxKeyLen, "key"); err != nil {
 			return fail(err)
 		}
-		for _, f := range [...]*uint64{&a.gen, &a.start, &a.last} {
+		for _, f := range [...]*uint64{&a.gen, &a.start, &a.last, &a.debt} {
 			if *f, err = d.Uint(); err != nil {
 				return fail(err)
 			}
@@ -288,7 +299,7 @@ func decodeHeard(b []byte) (sender string, sentAt uint64, acks []heardAck, err e
 		if a.start > a.last {
 			return fail(d.Fail("start above last"))
 		}
-		if a.window, err = readWindow(&d, m, 5); err != nil {
+		if a.window, err = readWindow(&d, m, 6); err != nil {
 			return fail(err)
 		}
 		acks = append(acks, a)

@@ -11,7 +11,7 @@ import (
 func TestHeardWire(t *testing.T) {
 	w := &heardWriter{limit: 1300, sender: "n1", at: 77}
 	want := []heardAck{
-		{rule: "api", key: "k", gen: 9, start: 3, last: 12},
+		{rule: "api", key: "k", gen: 9, start: 3, last: 12, debt: 40},
 		{rule: "w", key: "k2", window: 5, gen: 1, last: 1},
 	}
 	for _, a := range want {
