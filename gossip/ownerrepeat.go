@@ -65,13 +65,16 @@ import (
 const msgOwnerHeard = 9
 
 // ownerHeardQuiet is how many rounds without an answer about a key a
-// receiver waits before confirming what it heard of it.
-const ownerHeardQuiet = 2
+// receiver waits before confirming what it heard of it. With 2, at 50
+// requests/s per node over many keys (a key changes about once a round,
+// so its answers often pause for two), heard messages added 39% to each
+// node's packets in the simulator at 100 nodes; with 4, 7%.
+const ownerHeardQuiet = 4
 
 // ownerRepeatWait is, in gossip intervals, how long an owner waits for a
 // contributor to confirm an answer before repeating it; it doubles with
 // each repeat, to at most ownerIdlePush.
-const ownerRepeatWait = 4
+const ownerRepeatWait = 6
 
 // maxHeardEntries caps the entries of one heard message.
 const maxHeardEntries = 4096
