@@ -25,7 +25,7 @@ func (s *Syncer) receive(b []byte) {
 	case ok && kind == msgReset:
 		s.receiveResets(b)
 		return
-	case ok && (kind == msgOwnerCounters || kind == msgOwnerAnswer):
+	case ok && (kind == msgOwnerCounters || kind == msgOwnerAnswer || kind == msgOwnerHeard):
 		s.receiveOwner(kind, b) // owner.go
 		return
 	case ok && kind > msgReset:

@@ -152,10 +152,15 @@ type ownerSub struct {
 	first     uint64 // the prev its first answers carry (ownerfirst.go)
 	early     uint8  // answers sent so far, up to ownerFirstAnswers
 	needAck   bool
-	heard     time.Duration // its last counter, since born
-	seen      time.Duration // its last counter or touch (ownershare.go)
-	answered  time.Duration // its last answer, since born
-	allow     allowance
+	// What it confirmed hearing (ownerrepeat.go): the highest others, that
+	// it sends heard messages at all, and that it started from first.
+	told                 uint64
+	heardAcks, confirmed bool
+	repeats              uint8         // answers repeated since the last news
+	heard                time.Duration // its last counter, since born
+	seen                 time.Duration // its last counter or touch (ownershare.go)
+	answered             time.Duration // its last answer, since born
+	allow                allowance
 }
 
 // heardKey is what a node heard from the aggregates of one key.
@@ -164,6 +169,7 @@ type heardKey struct{ slots [2]heardSlot }
 type heardSlot struct {
 	owner     string
 	gen, last uint64
+	start     uint64 // the prev it was started with, lowered by a later smaller prev (ownerrepeat.go)
 	at        time.Duration
 }
 
@@ -186,6 +192,9 @@ type ownerState struct {
 	failover  map[[2]string]failover
 	lastOwn   map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
 	selfViews []keyView                   // views for this node's own ledger: of keys it owns and uses, and owners lost
+	// toConfirm holds what this node heard and has yet to confirm to the
+	// owners (ownerrepeat.go); at most MaxSeen entries.
+	toConfirm map[heardTo]heardDue
 }
 
 // failover is a key's counters sent to the replica instead of owner since
@@ -299,6 +308,7 @@ type ownerOut struct {
 	to      memberlist.Node
 	packets [][]byte
 	counts  []int // counters (or answers) in each packet
+	heard   bool  // heard messages (ownerrepeat.go)
 }
 
 // ownerRoundLocked is a round in owner mode: this node's own pending
@@ -351,7 +361,8 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 		}
 		out = append(out, ownerOut{to: n, packets: packets, counts: counts})
 	}
-	return append(out, s.answersLocked(now, at)...)
+	out = append(out, s.answersLocked(now, at)...)
+	return append(out, s.heardMessagesLocked(at)...) // ownerrepeat.go
 }
 
 // ownerForLocked is where this node sends its counters of (rule, key): the
@@ -418,6 +429,11 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				delete(s.owner.waiting, k)
 			}
 		}
+		for t, d := range s.owner.toConfirm {
+			if s.owner.round-d.round > ownerFailoverHold {
+				delete(s.owner.toConfirm, t) // its owner is gone
+			}
+		}
 	}
 	writers := map[string]*answerWriter{}
 	budget := ownerAnswerBudget
@@ -437,7 +453,8 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			if name == s.self {
 				s.selfViewLocked(k, o) // this node's own share (ownershare.go)
 			}
-			if name == s.self || (others == sub.sent && !sub.needAck) {
+			repeat := others == sub.sent && !sub.needAck
+			if name == s.self || (repeat && !s.repeatDueLocked(sub, now)) { // ownerrepeat.go
 				continue
 			}
 			if now-sub.heard > s.activeTTL() && now-sub.answered < ownerIdlePush && !sub.needAck { // a touch is answered at once (ownershare.go)
@@ -450,6 +467,11 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			}
 			budget--
 			sub.answered = now
+			if repeat {
+				sub.repeats = min(sub.repeats+1, 255)
+			} else {
+				sub.repeats = 0
+			}
 			w := writers[name]
 			if w == nil {
 				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at, users: readsUsers(s.peers[name])}
@@ -458,6 +480,12 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.answerPrev(),
 				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi, users: o.users, balance: o.balance})
 			sub.sent, sub.needAck = others, false
+		}
+		for _, sub := range o.subs {
+			if sub.told < sub.sent || (sub.heardAcks && !sub.confirmed) {
+				o.dirty = true // repeated until confirmed (ownerrepeat.go)
+				break
+			}
 		}
 		if len(o.subs) == 0 && now-o.heard > s.cfg.SeenTTL {
 			delete(s.owner.mine, k) // kept till then: one who comes back is told the key's debt (newcomerPrevLocked)
@@ -492,7 +520,7 @@ func (s *Syncer) sendOwner(out []ownerOut) {
 			s.stats.BytesSent.Add(uint64(len(p)))
 			if o.counts[i] > 0 {
 				s.stats.CountersSent.Add(uint64(o.counts[i]))
-			} else {
+			} else if !o.heard {
 				s.ownerSent.Add(1)
 			}
 		}
@@ -633,9 +661,12 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 	var charges []charge
 	var users []keyView
 	var err error
-	if kind == msgOwnerCounters {
+	switch kind {
+	case msgOwnerHeard:
+		err = s.receiveHeard(b) // ownerrepeat.go
+	case msgOwnerCounters:
 		charges, err = s.receiveOwnerCounters(b)
-	} else {
+	default:
 		charges, users, err = s.receiveAnswerViews(b)
 	}
 	if err != nil {
@@ -763,22 +794,31 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, now time.Duration, bo
 		}
 	}
 	elapsed := firstSlack
+	urgent := false
 	if slot == nil {
 		i := 0
 		if h.slots[1].at < h.slots[0].at {
 			i = 1
 		}
-		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, at: now}
+		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, at: now}
 		slot = &h.slots[i]
+		urgent = true
 	} else {
 		elapsed += max(0, now-slot.at)
 	}
 	slot.at = now
-	if a.others <= slot.last {
+	var tokens uint64
+	if a.prev < slot.start { // it missed the first answers: what they carried (ownerrepeat.go)
+		tokens, slot.start, urgent = slot.start-a.prev, a.prev, true
+	}
+	if a.others > slot.last {
+		tokens += a.others - slot.last
+		slot.last = a.others
+	}
+	s.noteHeardLocked(k, sender, slot, urgent)
+	if tokens == 0 {
 		return 0
 	}
-	tokens := a.others - slot.last
-	slot.last = a.others
 	if bounded {
 		// Every other member together could have admitted no more than
 		// their allowances since this aggregate was last heard.

@@ -299,8 +299,8 @@ func TestNewContributorIsNotChargedHistory(t *testing.T) {
 	}
 }
 
-// FuzzDecodeOwnerMessages: owner answers and owner-counters packets from
-// peers never panic or allocate beyond what their bytes hold, and an
+// FuzzDecodeOwnerMessages: owner answers, owner-counters packets and heard
+// messages from peers never panic or allocate beyond what their bytes hold, and an
 // answer that decodes re-encodes to an equal one.
 func FuzzDecodeOwnerMessages(f *testing.F) {
 	w := &answerWriter{limit: 1300, sender: "owner", at: 5}
@@ -317,8 +317,13 @@ func FuzzDecodeOwnerMessages(f *testing.F) {
 	for _, b := range malformedPeerBytes {
 		f.Add(b)
 	}
+	hw := &heardWriter{limit: 1300, sender: "n1", at: 6}
+	hw.add(heardAck{rule: "api", key: "k", gen: 1, start: 2, last: 3})
+	hw.add(heardAck{rule: "w", key: "k2", window: 9, gen: 1, last: 3})
+	f.Add(hw.packets()[0])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = decodeOwnerCounters(b, nil, func(string, Counter) {})
+		fuzzHeardRoundTrip(t, b) // ownerrepeat_test.go
 		sender, at, as, err := decodeAnswer(b)
 		if err != nil {
 			return

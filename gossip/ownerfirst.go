@@ -23,6 +23,12 @@ package gossip
 // for the subscription (two newer subscriptions of the key in between)
 // before the early answers end is charged that answer again (admits less).
 // That takes three owners of one key within a few intervals.
+//
+// A receiver that sends heard messages (ownerrepeat.go) is told the first
+// prev until it confirms it started from it, however many answers that
+// takes, and charges the difference when an answer's prev lies below the
+// one it started with: the four answers are then what a receiver of an
+// earlier version (no heard messages) gets.
 
 // ownerFirstAnswers is how many answers of a subscription carry its
 // first prev.
@@ -34,6 +40,9 @@ func (sub *ownerSub) answerPrev() uint64 {
 	if sub.early < ownerFirstAnswers {
 		sub.early++
 		return sub.first
+	}
+	if sub.heardAcks && !sub.confirmed {
+		return sub.first // until it confirms it started from it (ownerrepeat.go)
 	}
 	return sub.sent
 }

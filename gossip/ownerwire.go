@@ -34,7 +34,9 @@ import (
 // sent only to members that advertise
 // protoOwner; nodes of earlier versions that do receive one ignore it
 // (kinds above 3 are ignored) or, before resets existed, drop it as
-// malformed. Neither is ever relayed.
+// malformed. Neither is ever relayed. A receiver's heard message (kind 9,
+// what it heard of each key: the owner repeats answers until then) is in
+// ownerrepeat.go.
 const (
 	msgOwnerCounters = 4
 	msgOwnerAnswer   = 5

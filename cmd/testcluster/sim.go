@@ -40,6 +40,7 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "jitter", Value: 100 * time.Microsecond, Usage: "mean exponential extra delay (reorders)"},
 			&cli.DurationFlag{Name: "join-spread", Usage: "the membership forms over this long at the start (0: formed before the load)"},
 			&cli.Float64Flag{Name: "churn", Usage: "fraction of nodes replaced per minute"},
+			&cli.DurationFlag{Name: "kill-owner-at", Usage: "crash the hot key's owner then (no replacement; 0: never)"},
 			&cli.DurationFlag{Name: "partition-from", Usage: "partition: start"},
 			&cli.DurationFlag{Name: "partition-to", Usage: "partition: end (none unless after the start)"},
 			&cli.IntFlag{Name: "partition-split", Usage: "partition: nodes below this index on one side"},
@@ -68,7 +69,7 @@ func simCommand() *cli.Command {
 				Offered: c.Float64("offered"), MinPerNode: c.Float64("min-per-node"), PerHost: c.Float64("per-host"), Keys: c.Int("keys"),
 				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"), GossipMode: c.String("gossip-mode"), FirstShare: c.Bool("first-share"),
 				PushPullInterval: c.Duration("push-pull-interval"), Loss: c.Float64("loss"), Latency: c.Duration("latency"),
-				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), JoinSpread: c.Duration("join-spread"),
+				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), JoinSpread: c.Duration("join-spread"),
 				Partition: sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
 			}
 			stop, err := startProfiles(c.String("cpuprofile"))

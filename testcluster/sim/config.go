@@ -59,6 +59,10 @@ type Config struct {
 	// dead. Default: memberlist's LAN suspicion timeout for the size,
 	// 4·max(1, log10 N) probe intervals of 1 s.
 	DetectAfter time.Duration
+	// KillOwnerAt crashes the hot key's owner then (no replacement), if
+	// above 0: the others fail over to its replica, and declare it dead
+	// after DetectAfter (killowner.go).
+	KillOwnerAt time.Duration
 
 	// Load.
 	Scenario Scenario // default Hot

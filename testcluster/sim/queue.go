@@ -20,6 +20,7 @@ const (
 	evSample                   // the simulator samples its measurements
 	evJoin                     // a node learns of a member as the cluster forms
 	evProbeMeasure             // an owner-mode probe's measured consumption (holders.go)
+	evKillOwner                // the hot key's owner crashes (killowner.go)
 )
 
 type event struct {

@@ -100,6 +100,9 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.ChurnPerMinute > 0 {
 		s.push(event{at: s.churnGap(), kind: evChurn})
 	}
+	if cfg.KillOwnerAt > 0 {
+		s.push(event{at: int64(cfg.KillOwnerAt), kind: evKillOwner})
+	}
 	return s, nil
 }
 
@@ -245,6 +248,8 @@ func (s *Sim) handle(e event) {
 		s.push(event{at: s.now + 1 + s.rnd.Int64N(int64(s.cfg.ProbeEvery)), kind: evProbe})
 	case evProbeMeasure:
 		s.measureProbe(int(e.from))
+	case evKillOwner:
+		s.killOwner()
 	case evSample:
 		s.m.sample(s)
 		e.at += int64(2 * time.Second)

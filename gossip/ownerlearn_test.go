@@ -1,0 +1,78 @@
+package gossip
+
+import (
+	"testing"
+	"time"
+)
+
+// An owner whose aggregate of a key is young lowers its balance to the
+// debt its contributors report (at most a burst); one whose aggregate is
+// older keeps its own.
+func TestNewOwnerLearnsTheDebtFromItsContributors(t *testing.T) {
+	iv := 20 * time.Millisecond
+	tests := []struct {
+		name  string
+		age   time.Duration // of the aggregate when the reports come
+		debts []uint64      // reported by b, then a
+		want  float64       // o's balance after
+	}{
+		{"one report", iv, []uint64{80}, 20},
+		{"the larger debt wins", iv, []uint64{30, 80}, 20},
+		{"a smaller debt changes nothing", iv, []uint64{80, 30}, 20},
+		{"no debt", iv, []uint64{0}, 100},
+		{"a claim beyond a burst is capped", iv, []uint64{1 << 40}, 0},
+		{"an old aggregate keeps its own", (ownerLearnFor + 1) * iv, []uint64{80}, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, l := newOwnerSyncer("o", "a", "b")
+			bl := &boundLedger{memLedger: l, a: Allowance{Burst: 100, PerSecond: 10}}
+			o.ledger = bl
+			now := time.Now()
+			o.now = func() time.Time { return now }
+			o.born = now
+			const key = "k"
+			o.mu.Lock()
+			serial := map[string]uint64{}
+			for _, c := range []string{"b", "a"} {
+				o.aggregateLocked(false, Allowance{}, c, Counter{Rule: "r", Key: key, Epoch: 1, Used: 1}, time.Second, o.sinceBorn())
+				serial[c] = o.owner.mine[aggKey{"r", key, 0}].subs[c].serial
+			}
+			o.mu.Unlock()
+			now = now.Add(tt.age)
+			for i, debt := range tt.debts {
+				from := []string{"b", "a"}[i]
+				w := &heardWriter{limit: 1300, sender: from, at: uint64(now.UnixNano())}
+				if err := o.receiveHeard(w.with(heardAck{rule: "r", key: key, gen: serial[from], debt: debt})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, _ := bl.Balance("r", key); got != tt.want {
+				t.Fatalf("balance %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A receiver's heard message carries its own debt for the key.
+func TestHeardCarriesTheSendersDebt(t *testing.T) {
+	b, l := newOwnerSyncer("b", "o", "a")
+	bl := &boundLedger{memLedger: l, a: Allowance{Burst: 100, PerSecond: 10}}
+	b.ledger = bl
+	bl.Charge("r", "k", 0, 37)
+	b.mu.Lock()
+	b.noteHeardLocked(aggKey{"r", "k", 0}, "o", &heardSlot{owner: "o", gen: 5, last: 9, start: 2}, true)
+	b.owner.round++
+	out := b.heardMessagesLocked(uint64(time.Now().UnixNano()))
+	b.mu.Unlock()
+	if len(out) != 1 || out[0].to.Name != "o" || !out[0].heard {
+		t.Fatalf("heard messages %+v", out)
+	}
+	_, _, acks, err := decodeHeard(out[0].packets[0])
+	if err != nil || len(acks) != 1 {
+		t.Fatalf("%v %v", acks, err)
+	}
+	if want := (heardAck{rule: "r", key: "k", gen: 5, start: 2, last: 9, debt: 37}); acks[0] != want {
+		t.Fatalf("sent %+v, want %+v", acks[0], want)
+	}
+}

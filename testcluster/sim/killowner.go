@@ -1,0 +1,29 @@
+package sim
+
+// killOwner crashes the hot key's owner (Config.KillOwnerAt), as kill -9
+// does: it sends nothing more, and the others declare it dead after
+// DetectAfter; until then they fail over to the key's replica on their
+// own (gossip's ownerFailover). It is not replaced, and stays in its slot,
+// not alive, so that what it admitted still counts.
+func (s *Sim) killOwner() {
+	var live *node
+	for _, n := range s.nodes {
+		if n.alive {
+			live = n
+			break
+		}
+	}
+	if live == nil {
+		return
+	}
+	owner, _ := live.syncer.OwnerOf(ruleHot, string(s.hot))
+	for _, n := range s.nodes {
+		if n.alive && n.name == owner {
+			n.alive = false
+			s.crashed++
+			s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(n.i), msg: []byte(n.name)})
+			s.undeclared = append(s.undeclared, n.self)
+			return
+		}
+	}
+}
