@@ -2,7 +2,6 @@ package testcluster
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -154,6 +153,23 @@ func withinLimit(t *testing.T, what string, got, offered, asked, limit int) {
 	}
 }
 
+// withinTenPercent checks a drive's admissions against burst + rate × T:
+// never more than 10% above; no more than 10% below when the driver offered
+// at least 90% of the load asked (see withinLimit for why).
+func withinTenPercent(t *testing.T, got, offered, asked int, want float64) {
+	t.Helper()
+	t.Logf("offered %d of %d requests asked", offered, asked)
+	if float64(got) > 1.10*want {
+		t.Fatalf("admitted %d, want at most %.0f + 10%%", got, want)
+	}
+	if float64(got) < 0.90*want {
+		if float64(offered) >= 0.9*float64(asked) {
+			t.Fatalf("admitted %d, want at least %.0f - 10%%", got, want)
+		}
+		t.Logf("the machine offered only %d of %d requests: the lower bound is not asserted", offered, asked)
+	}
+}
+
 // Skewed saturating load: cluster-wide admissions stay within 10% of
 // burst + rate × time, however the load is spread over the nodes.
 func TestSkewedLoadHeldToClusterLimit(t *testing.T) {
@@ -175,13 +191,11 @@ func TestSkewedLoadHeldToClusterLimit(t *testing.T) {
 			c := start(t, Options{N: tt.nodes, Rules: "rules:\n  api:\n    rate: 100/1s\n", GossipInterval: 20 * time.Millisecond})
 			const secs = 10
 			start := time.Now()
-			got := drive(c, "api", "hot-key", tt.skew, secs*time.Second)
+			got, offered := driveOffered(c, "api", "hot-key", tt.skew, secs*time.Second)
 			elapsed := time.Since(start).Seconds()
 			want := 100 + 100*elapsed
 			t.Logf("admitted %d over %.2fs, limit allows %.0f (%.1f%%)", got, elapsed, want, 100*float64(got)/want)
-			if math.Abs(float64(got)-want) > 0.10*want {
-				t.Fatalf("admitted %d, want %.0f ± 10%%", got, want)
-			}
+			withinTenPercent(t, got, offered, 500*secs, want)
 		})
 	}
 }
@@ -195,12 +209,10 @@ func TestFaultyNetworkKeepsTheBound(t *testing.T) {
 	c := start(t, Options{N: 3, GossipInterval: 20 * time.Millisecond,
 		Faults: Faults{Drop: 0.2, Duplicate: 0.2, Reorder: 0.2, Seed: 42}})
 	start := time.Now()
-	got := drive(c, "api", "hot-key", []int{350, 100, 50}, 10*time.Second)
+	got, offered := driveOffered(c, "api", "hot-key", []int{350, 100, 50}, 10*time.Second)
 	want := 100 + 100*time.Since(start).Seconds()
 	t.Logf("admitted %d, limit allows %.0f (%.1f%%) with 20%% of packets dropped, duplicated and reordered", got, want, 100*float64(got)/want)
-	if math.Abs(float64(got)-want) > 0.10*want {
-		t.Fatalf("admitted %d, want %.0f ± 10%%", got, want)
-	}
+	withinTenPercent(t, got, offered, 5000, want)
 }
 
 // A partitioned node goes on enforcing the limit on its side: the cluster
