@@ -165,7 +165,7 @@ func TestOwnerKilledMidRunKeepsTheLimit(t *testing.T) {
 		<-timer.C
 		killed <- c.Crash(victim)
 	}()
-	perSec := driveSeconds(c, "api", key, evenLoad(n, 500), secs*time.Second)
+	perSec, offered := driveSeconds(c, "api", key, evenLoad(n, 500), secs*time.Second)
 	elapsed := time.Since(start).Seconds()
 	if err := <-killed; err != nil {
 		t.Fatal(err)
@@ -175,17 +175,28 @@ func TestOwnerKilledMidRunKeepsTheLimit(t *testing.T) {
 		got += v
 	}
 	want := 100 + 100*elapsed
-	t.Logf("owner %s (node %d, replica %s) killed at %s: admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); per second %v",
-		owner, victim, replica, killAt, got, elapsed, want, 100*float64(got)/want, perSec)
-	if math.Abs(float64(got)-want) > 0.05*want {
-		t.Fatalf("admitted %d, want %.0f ± 5%%", got, want)
+	asked := max(1, 500/n) * n * secs
+	t.Logf("owner %s (node %d, replica %s) killed at %s: admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); per second %v; offered %d of %d asked",
+		owner, victim, replica, killAt, got, elapsed, want, 100*float64(got)/want, perSec, offered, asked)
+	if float64(got) > 1.05*want {
+		t.Fatalf("admitted %d, want at most %.0f + 5%%", got, want)
+	}
+	// A loaded machine's tickers drop ticks (see withinLimit): the lower
+	// bound holds only when the load was offered.
+	if float64(got) < 0.95*want {
+		if float64(offered) >= 0.9*float64(asked) {
+			t.Fatalf("admitted %d, want at least %.0f - 5%%", got, want)
+		}
+		t.Logf("the machine offered only %d of %d requests: the lower bound is not asserted", offered, asked)
 	}
 }
 
-// driveSeconds is drive, counting admissions per second of the run.
-func driveSeconds(c *Cluster, rule, key string, perNode []int, d time.Duration) []int {
+// driveSeconds is drive, counting admissions per second of the run; it
+// also returns how many requests it offered.
+func driveSeconds(c *Cluster, rule, key string, perNode []int, d time.Duration) (perSec []int, offered int) {
 	secs := int(d / time.Second)
 	counts := make([][]int, len(perNode))
+	var sentAll atomic.Int64
 	done := make(chan struct{}, len(perNode))
 	start := time.Now()
 	for i, rate := range perNode {
@@ -203,6 +214,7 @@ func driveSeconds(c *Cluster, rule, key string, perNode []int, d time.Duration) 
 				if at >= d {
 					return
 				}
+				sentAll.Add(1)
 				if dec := c.Allow(i, rule, key, 1); dec.Allowed && !dec.FailedOpen {
 					counts[i][int(at/time.Second)]++
 				}
@@ -218,7 +230,7 @@ func driveSeconds(c *Cluster, rule, key string, perNode []int, d time.Duration) 
 			out[s] += cs[s]
 		}
 	}
-	return out
+	return out, int(sentAll.Load())
 }
 
 // TestOwnerModeUnderLoss: with 10% and 30% of packets dropped (and some
