@@ -62,9 +62,12 @@ func (s *Syncer) round() {
 	}
 	packets, counts := s.packPendingLocked(fanout)
 	targets := s.targetsLocked(fanout)
+	// The stamp is the instant the counters were taken out of pending, read
+	// under the same lock: whoever sees pending emptied also sees every stamp
+	// of what was taken fixed, however late this goroutine then sends.
+	at := uint64(max(0, s.clock().UnixNano()))
 	s.mu.Unlock()
 
-	at := uint64(max(0, s.clock().UnixNano()))
 	for i, plain := range packets {
 		var stamped []byte
 		for _, n := range targets {

@@ -148,6 +148,15 @@ func TestLifecycleOrders(t *testing.T) {
 	}
 }
 
+// leaveBudget is how long the tests let a member of a cluster leave. Leave
+// waits, half the budget each, for memberlist to send the leaving meta and
+// then the leave: each is done once transmitted RetransmitMult ×
+// ⌈log10(n+1)⌉ times, a few of memberlist's gossip rounds, which a loaded
+// machine delays past half a second ("advertise leaving: timeout waiting
+// for update broadcast" with a budget of 1 s). Leave returns as soon as both
+// went out, so a generous budget costs an idle run nothing.
+const leaveBudget = 10 * time.Second
+
 // A cluster that exchanged counters, push-pull states and resets, then
 // left and shut down, leaves no goroutine of Sluice's nor memberlist's
 // beyond memberlistLeftovers.
@@ -182,7 +191,7 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 	waitFor(t, "c charges a's counter", func() bool { return ledgers[2].get("r/k") == 5 })
 	waitFor(t, "a push-pull merged", func() bool { return nodes[1].Stats().StatesMerged.Load() > 0 })
 	for _, s := range nodes {
-		if err := s.LeaveAndShutdown(time.Second); err != nil {
+		if err := s.LeaveAndShutdown(leaveBudget); err != nil {
 			t.Error(err)
 		}
 	}
@@ -231,7 +240,7 @@ func TestCensusIsEachSyncersOwn(t *testing.T) {
 	waitFor(t, "a sees 4 alive, x sees 2", func() bool {
 		return census(a) == MemberStates{Alive: 4} && census(x) == MemberStates{Alive: 2}
 	})
-	if err := d.LeaveAndShutdown(time.Second); err != nil {
+	if err := d.LeaveAndShutdown(leaveBudget); err != nil {
 		t.Fatal(err)
 	}
 	c.Shutdown() // a crash: no word

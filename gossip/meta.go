@@ -11,6 +11,17 @@ import (
 	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
 
+// metaSendTimeout bounds how long SetMeta waits for memberlist to send the
+// new meta. memberlist's UpdateNode puts the meta in place and queues it at
+// once, then waits until its alive message has been transmitted
+// RetransmitMult × ⌈log10(n+1)⌉ times (4 in a pair, 8 from 10 nodes), at
+// most GossipNodes per gossip round of 200 ms: 0.6–0.8 s for an idle pair.
+// The 1 s it was given was within a few rounds of that, and a loaded
+// machine's late rounds exceeded it ("timeout waiting for update
+// broadcast"). Ten seconds is a dozen times the idle cost; the wait only
+// confirms that the meta went out, which it does whatever the wait.
+const metaSendTimeout = 10 * time.Second
+
 // SetMeta re-advertises this node's metadata, e.g. after a rules reload.
 // Before Start it only sets what Start will advertise.
 func (s *Syncer) SetMeta(m Meta) error {
@@ -21,7 +32,7 @@ func (s *Syncer) SetMeta(m Meta) error {
 	if ml == nil || s.leaving.Load() {
 		return nil // Start advertises it; a leaving member keeps saying so
 	}
-	if err := ml.UpdateNode(time.Second); err != nil {
+	if err := ml.UpdateNode(metaSendTimeout); err != nil {
 		return fmt.Errorf("gossip: advertise meta: %w", err)
 	}
 	return nil

@@ -2,7 +2,6 @@ package testcluster
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -133,6 +132,44 @@ func driveOffered(c *Cluster, rule, key string, perNode []int, d time.Duration) 
 	return admitted, offered
 }
 
+// withinLimit checks what a drive admitted against the limit: never more
+// than 15% above it; and no more than 10% below it when the load was
+// offered. A loaded machine's tickers drop ticks: offered less than 90% of
+// the load asked for (which is well above the limit), the driver's gaps
+// leave refill unused and the count measures the machine, so the lower
+// bound is then only logged.
+func withinLimit(t *testing.T, what string, got, offered, asked, limit int) {
+	t.Helper()
+	t.Logf("%s: admitted %d, the limit allows %d (offered %d of %d asked)", what, got, limit, offered, asked)
+	if float64(got) > 1.15*float64(limit) {
+		t.Errorf("%s: admitted %d, want at most +15%% of %d", what, got, limit)
+	}
+	if float64(got) < 0.9*float64(limit) {
+		if float64(offered) >= 0.9*float64(asked) {
+			t.Errorf("%s: admitted %d, want at least -10%% of %d", what, got, limit)
+		} else {
+			t.Logf("%s: the machine offered only %d of %d requests: the lower bound is not asserted", what, offered, asked)
+		}
+	}
+}
+
+// withinTenPercent checks a drive's admissions against burst + rate × T:
+// never more than 10% above; no more than 10% below when the driver offered
+// at least 90% of the load asked (see withinLimit for why).
+func withinTenPercent(t *testing.T, got, offered, asked int, want float64) {
+	t.Helper()
+	t.Logf("offered %d of %d requests asked", offered, asked)
+	if float64(got) > 1.10*want {
+		t.Fatalf("admitted %d, want at most %.0f + 10%%", got, want)
+	}
+	if float64(got) < 0.90*want {
+		if float64(offered) >= 0.9*float64(asked) {
+			t.Fatalf("admitted %d, want at least %.0f - 10%%", got, want)
+		}
+		t.Logf("the machine offered only %d of %d requests: the lower bound is not asserted", offered, asked)
+	}
+}
+
 // Skewed saturating load: cluster-wide admissions stay within 10% of
 // burst + rate × time, however the load is spread over the nodes.
 func TestSkewedLoadHeldToClusterLimit(t *testing.T) {
@@ -154,13 +191,11 @@ func TestSkewedLoadHeldToClusterLimit(t *testing.T) {
 			c := start(t, Options{N: tt.nodes, Rules: "rules:\n  api:\n    rate: 100/1s\n", GossipInterval: 20 * time.Millisecond})
 			const secs = 10
 			start := time.Now()
-			got := drive(c, "api", "hot-key", tt.skew, secs*time.Second)
+			got, offered := driveOffered(c, "api", "hot-key", tt.skew, secs*time.Second)
 			elapsed := time.Since(start).Seconds()
 			want := 100 + 100*elapsed
 			t.Logf("admitted %d over %.2fs, limit allows %.0f (%.1f%%)", got, elapsed, want, 100*float64(got)/want)
-			if math.Abs(float64(got)-want) > 0.10*want {
-				t.Fatalf("admitted %d, want %.0f ± 10%%", got, want)
-			}
+			withinTenPercent(t, got, offered, 500*secs, want)
 		})
 	}
 }
@@ -174,12 +209,10 @@ func TestFaultyNetworkKeepsTheBound(t *testing.T) {
 	c := start(t, Options{N: 3, GossipInterval: 20 * time.Millisecond,
 		Faults: Faults{Drop: 0.2, Duplicate: 0.2, Reorder: 0.2, Seed: 42}})
 	start := time.Now()
-	got := drive(c, "api", "hot-key", []int{350, 100, 50}, 10*time.Second)
+	got, offered := driveOffered(c, "api", "hot-key", []int{350, 100, 50}, 10*time.Second)
 	want := 100 + 100*time.Since(start).Seconds()
 	t.Logf("admitted %d, limit allows %.0f (%.1f%%) with 20%% of packets dropped, duplicated and reordered", got, want, 100*float64(got)/want)
-	if math.Abs(float64(got)-want) > 0.10*want {
-		t.Fatalf("admitted %d, want %.0f ± 10%%", got, want)
-	}
+	withinTenPercent(t, got, offered, 5000, want)
 }
 
 // A partitioned node goes on enforcing the limit on its side: the cluster
@@ -188,7 +221,7 @@ func TestFaultyNetworkKeepsTheBound(t *testing.T) {
 // each side learns the other's consumption whole, not as a suspicious debt.
 func TestPartitionEachSideEnforcesThenConverges(t *testing.T) {
 	c := start(t, Options{N: 3, GossipInterval: 20 * time.Millisecond, PushPullInterval: 500 * time.Millisecond,
-		Rules: "rules:\n  api:\n    rate: 100/1s\n  slow:\n    rate: 10/1m\n"})
+		Rules: "rules:\n  api:\n    rate: 100/1s\n  glacial:\n    rate: 10/1h\n", Logger: warnings(t)})
 	c.Partition([]int{0, 1}, []int{2})
 	// Wait until the sides have declared each other dead, so healing
 	// exercises rejoining, not just resumed packets.
@@ -198,28 +231,32 @@ func TestPartitionEachSideEnforcesThenConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	const secs = 3
-	var majority, minority int
+	var majority, minority, majorityOffered, minorityOffered int
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); majority = drive(c, "api", "split-key", []int{200, 200, 0}, secs*time.Second) }()
-	go func() { defer wg.Done(); minority = drive(c, "api", "split-key", []int{0, 0, 300}, secs*time.Second) }()
+	go func() {
+		defer wg.Done()
+		majority, majorityOffered = driveOffered(c, "api", "split-key", []int{200, 200, 0}, secs*time.Second)
+	}()
+	go func() {
+		defer wg.Done()
+		minority, minorityOffered = driveOffered(c, "api", "split-key", []int{0, 0, 300}, secs*time.Second)
+	}()
 	wg.Wait()
 	limit := 100 + 100*secs
-	t.Logf("during the partition: majority admitted %d, minority %d (limit per side %d)", majority, minority, limit)
-	for side, got := range map[string]int{"majority": majority, "minority": minority} {
-		if float64(got) < 0.9*float64(limit) || float64(got) > 1.15*float64(limit) {
-			t.Errorf("%s side admitted %d, want about the limit %d on its own", side, got, limit)
-		}
-	}
+	withinLimit(t, "majority side", majority, majorityOffered, 400*secs, limit)
+	withinLimit(t, "minority side", minority, minorityOffered, 300*secs, limit)
 	c.Heal()
 	if err := c.WaitMembers(3, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// Consumption after healing reaches every node again.
+	// Every node shows all 5 tokens taken on node 2. The rule refills a
+	// token per 6 minutes, so a node that heard them a few seconds late
+	// (a loaded machine) still shows them: at 10/1m, 0.6 s late was too late.
 	for range 5 {
-		c.Allow(2, "slow", "after-heal", 1)
+		c.Allow(2, "glacial", "after-heal", 1)
 	}
-	if err := c.WaitBalances("slow", "after-heal", 15*time.Second, func(_ int, b float64) bool { return b < 5.1 }); err != nil {
+	if err := c.WaitBalances("glacial", "after-heal", 15*time.Second, func(_ int, b float64) bool { return b < 5.1 }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -290,25 +327,9 @@ func TestFiveNodesCrashAndPartitionUnderLoad(t *testing.T) {
 	if err := c.WaitMembers(5, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// within checks what a drive admitted against the limit: never more
-	// than 15% above it; and no more than 10% below it when the load was
-	// offered. A loaded machine's tickers drop ticks: offered less than 90%
-	// of the load asked for (which is well above the limit), the driver's
-	// gaps leave refill unused and the count measures the machine, so the
-	// lower bound is then only logged.
 	within := func(what string, got, offered, asked, limit int) {
 		t.Helper()
-		t.Logf("%s: admitted %d, the limit allows %d (offered %d of %d asked)", what, got, limit, offered, asked)
-		if float64(got) > 1.15*float64(limit) {
-			t.Errorf("%s: admitted %d, want at most +15%% of %d", what, got, limit)
-		}
-		if float64(got) < 0.9*float64(limit) {
-			if float64(offered) >= 0.9*float64(asked) {
-				t.Errorf("%s: admitted %d, want at least -10%% of %d", what, got, limit)
-			} else {
-				t.Logf("%s: the machine offered only %d of %d requests: the lower bound is not asserted", what, offered, asked)
-			}
-		}
+		withinLimit(t, what, got, offered, asked, limit)
 	}
 
 	// 1. A crash under load: 400/s offered over five nodes for 3 s, node 4
