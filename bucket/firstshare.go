@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -12,11 +13,18 @@ import (
 // nodes against 200 allowed). So a bucket starts with a hold: for the hold
 // after it was created, this daemon admits of it at most its share of
 // what the cluster may admit meanwhile, (Burst + the rate for the time
-// since it was created) / members, beside the bucket's own balance. A
-// share below one token (more members than the burst) is rounded up or
-// down at random, once per bucket, so that the cluster's expected
-// admission is that amount whatever its size (a node new to a key that
-// calls it once is admitted with probability share). The hold is one
+// since it was created) / members, beside the bucket's own balance. How
+// the burst's part is counted is StoreConfig.FirstContact's choice: by
+// default (FirstContactToken) it is rounded up, ceil(Burst / members), so
+// a node always admits at least one token of a key it meets, and a key
+// the cluster uses lightly (hosts that each call it now and then, and
+// forget it between calls) is served; with FirstContactShare it is
+// rounded up or down at random, once per bucket, so that the cluster's
+// expected admission is that amount whatever its size (a node new to a
+// key that calls it once is admitted with probability share): a key that
+// every host meets at once is admitted about one burst, not one token per
+// host, but a host that calls a key rarely meets it anew at every call
+// and is refused with probability 1 - share each time. The hold is one
 // propagation delay: by its end this daemon has heard what the others
 // admitted meanwhile, and its balance says the rest; in owner mode it ends
 // as soon as the key's owner answers (SetOwnerView), which a held take asks
@@ -29,6 +37,32 @@ import (
 // cluster's view and starts without. Windowed algorithms, multi-check
 // decisions (Check then Charge) and stores that do not track consumption
 // are not held. A cluster of one member holds nothing.
+
+// FirstContact is how a node counts its share of a key's burst during the
+// hold of a bucket it has just created (see above).
+type FirstContact uint8
+
+// First contact's choices.
+const (
+	// FirstContactToken rounds the share of the burst up: at least one
+	// token per node. Errs toward admitting; the default.
+	FirstContactToken FirstContact = iota
+	// FirstContactShare rounds a share below one token up or down at
+	// random: the cluster admits about one burst however many nodes meet
+	// the key at once, and refuses light users far below their limit.
+	FirstContactShare
+)
+
+// String is the choice's name, as sluiced's --first-contact takes it.
+func (f FirstContact) String() string {
+	switch f {
+	case FirstContactToken:
+		return "token"
+	case FirstContactShare:
+		return "share"
+	}
+	return fmt.Sprintf("FirstContact(%d)", uint8(f))
+}
 
 // SetFirstShare sets the hold on buckets created from now on (and on the
 // ones still in theirs): members is the cluster's size (1 or less: no
@@ -57,8 +91,13 @@ func (s *Store) heldBack(st *state, t *tracking, lim Limit, cost int64, now time
 		st.setShareClock(0) // the hold is over; the fair floor starts at the next use
 		return false, 0
 	}
-	share := (float64(lim.burst) + float64(age)/float64(lim.nanosPerToken)) / float64(members)
-	over := float64(t.used) + float64(cost) - math.Floor(share+s.offset(t.epoch))
+	var share float64
+	if s.firstContact == FirstContactShare {
+		share = math.Floor((float64(lim.burst)+float64(age)/float64(lim.nanosPerToken))/float64(members) + s.offset(t.epoch))
+	} else {
+		share = math.Ceil(float64(lim.burst)/float64(members)) + float64(age)/float64(lim.nanosPerToken)/float64(members)
+	}
+	over := float64(t.used) + float64(cost) - share
 	if over <= 0 {
 		return false, 0
 	}

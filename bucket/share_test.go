@@ -7,9 +7,11 @@ import (
 )
 
 // A thousand nodes new to a key of burst 100, each calling once during its
-// hold: each is admitted with probability 1/10 (its share rounded at
-// random), so the cluster admits about one burst, not a thousand tokens;
-// and a node asked again within its hold is not given another chance.
+// hold. With FirstContactShare each is admitted with probability 1/10 (its
+// share rounded at random), so the cluster admits about one burst, not a
+// thousand tokens; with FirstContactToken (the default) each admits one
+// token, erring toward admitting. Either way a node asked again within its
+// hold is not given another token.
 func TestFirstShareBelowOneTokenIsRoundedAtRandom(t *testing.T) {
 	lim, err := NewLimit(100, time.Second, 100)
 	if err != nil {
@@ -19,17 +21,20 @@ func TestFirstShareBelowOneTokenIsRoundedAtRandom(t *testing.T) {
 	key := []byte("k")
 	tests := []struct {
 		name      string
+		contact   FirstContact
 		calls     int // per node, at the same instant
 		low, high int // admitted by the thousand nodes
 	}{
-		{name: "one call each", calls: 1, low: 70, high: 130},
-		{name: "five calls each: no second chance", calls: 5, low: 70, high: 130},
+		{name: "share: one call each", contact: FirstContactShare, calls: 1, low: 70, high: 130},
+		{name: "share: five calls each: no second chance", contact: FirstContactShare, calls: 5, low: 70, high: 130},
+		{name: "token: one call each", contact: FirstContactToken, calls: 1, low: 1000, high: 1000},
+		{name: "token: five calls each: one token each", contact: FirstContactToken, calls: 5, low: 1000, high: 1000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			admitted := 0
 			for node := range 1000 {
-				s := NewStore(StoreConfig{TrackConsumption: true, Seed: uint64(node + 1)})
+				s := NewStore(StoreConfig{TrackConsumption: true, Seed: uint64(node + 1), FirstContact: tt.contact})
 				s.SetFirstShare(1000, time.Second)
 				got := 0
 				for range tt.calls {
@@ -43,7 +48,47 @@ func TestFirstShareBelowOneTokenIsRoundedAtRandom(t *testing.T) {
 				admitted += got
 			}
 			if admitted < tt.low || admitted > tt.high {
-				t.Fatalf("the cluster admitted %d, want %d to %d (one burst of 100, in expectation)", admitted, tt.low, tt.high)
+				t.Fatalf("the cluster admitted %d, want %d to %d", admitted, tt.low, tt.high)
+			}
+		})
+	}
+}
+
+// A host that calls a key now and then forgets it between calls (a bucket
+// refused nothing refills and is swept), so it meets the key anew at every
+// call. With FirstContactToken every such call is admitted; with
+// FirstContactShare each is refused with probability 1 - burst/members,
+// however far the key is from its limit.
+func TestLightUsersAtFirstContact(t *testing.T) {
+	lim, err := NewLimit(20, time.Second, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	key := []byte("k")
+	tests := []struct {
+		contact   FirstContact
+		low, high int // of 200 calls
+	}{
+		{contact: FirstContactToken, low: 200, high: 200},
+		{contact: FirstContactShare, low: 20, high: 60}, // 1 in 5 expected
+	}
+	for _, tt := range tests {
+		t.Run(tt.contact.String(), func(t *testing.T) {
+			s := NewStore(StoreConfig{TrackConsumption: true, Seed: 7, FirstContact: tt.contact})
+			s.SetFirstShare(100, 100*time.Millisecond)
+			admitted := 0
+			for call := range 200 {
+				now := t0.Add(time.Duration(call) * 2 * time.Second) // the hold and a refill apart
+				if r, _ := s.Take(1, key, lim, 1, now); r.Allowed {
+					admitted++
+				}
+				s.DrainDirty(func(Consumption) {})
+				s.Sweep(now.Add(time.Second))
+			}
+			t.Logf("admitted %d of 200 calls", admitted)
+			if admitted < tt.low || admitted > tt.high {
+				t.Fatalf("admitted %d of 200 calls, want %d to %d", admitted, tt.low, tt.high)
 			}
 		})
 	}

@@ -48,6 +48,10 @@ type StoreConfig struct {
 	// Seed seeds the store's rounding of shares below one token (share.go).
 	// Stores of one cluster should have different seeds; 0 takes EpochBase.
 	Seed uint64
+	// FirstContact is how a new bucket's share of the burst is counted
+	// during its first-contact hold (firstshare.go). Default
+	// FirstContactToken: at least one token.
+	FirstContact FirstContact
 }
 
 // Defaults for StoreConfig's zero fields.
@@ -80,6 +84,8 @@ type Store struct {
 	maxKeyLen int
 	shardCap  int
 	track     bool
+	// firstContact: StoreConfig.FirstContact (firstshare.go).
+	firstContact FirstContact
 
 	epochs    atomic.Uint64
 	evictions atomic.Uint64
@@ -162,6 +168,7 @@ func NewStore(cfg StoreConfig) *Store {
 		shardCap:  (cfg.MaxKeys + n - 1) / n,
 		track:     cfg.TrackConsumption,
 	}
+	s.firstContact = cfg.FirstContact
 	s.epochs.Store(cfg.EpochBase)
 	s.logs.max = cfg.MaxLogBytes
 	s.coinSeed = mix64(cmp.Or(cfg.Seed, cfg.EpochBase) ^ 0x243f6a8885a308d3)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sluicelabs/sluice/bucket"
 )
 
 func TestClusterSettingsValidate(t *testing.T) {
@@ -33,6 +35,8 @@ func TestClusterSettingsValidate(t *testing.T) {
 		{"insecure with a key", ClusterSettings{Bind: "10.0.0.1:7946", Key: key, Label: "x", Insecure: true}, true, "give one or the other"},
 		{"short key", ClusterSettings{Bind: "10.0.0.1:7946", Key: key[:5], Label: "x"}, true, "5 bytes"},
 		{"long label", ClusterSettings{Bind: "10.0.0.1:7946", Key: key, Label: strings.Repeat("l", 256)}, true, "at most 255"},
+		{"first contact share", ClusterSettings{Bind: "127.0.0.1:7946", FirstContact: bucket.FirstContactShare}, false, ""},
+		{"first contact unknown", ClusterSettings{Bind: "127.0.0.1:7946", FirstContact: 7}, false, "first contact FirstContact(7): want token or share"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.c.Exposed(); got != tt.exposed {
@@ -62,5 +66,28 @@ func TestSettingsValidateChecksTheCluster(t *testing.T) {
 	s.Cluster.Join = []string{"10.0.0.1:7946"}
 	if err := s.Validate(); !errors.Is(err, ErrGossipNeedsKey) {
 		t.Fatalf("Validate() = %v, want ErrGossipNeedsKey", err)
+	}
+}
+
+// The names sluiced's --first-contact takes.
+func TestParseFirstContact(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want bucket.FirstContact
+		err  bool
+	}{
+		{in: "", want: bucket.FirstContactToken},
+		{in: "token", want: bucket.FirstContactToken},
+		{in: "share", want: bucket.FirstContactShare},
+		{in: "Share", err: true},
+		{in: "ceil", err: true},
+	} {
+		got, err := ParseFirstContact(tt.in)
+		if (err != nil) != tt.err || (err == nil && got != tt.want) {
+			t.Errorf("ParseFirstContact(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+		if err == nil && tt.in != "" && got.String() != tt.in {
+			t.Errorf("%v.String() = %q, want %q", got, got.String(), tt.in)
+		}
 	}
 }

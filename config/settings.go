@@ -145,6 +145,10 @@ type ClusterSettings struct {
 	// GossipMode is auto (default), direct, relay or owner (see gossip.Config).
 	GossipMode       string
 	PushPullInterval time.Duration
+	// FirstContact is how a daemon counts its share of a key's burst while
+	// it holds a bucket it has just created (bucket.FirstContact): at least
+	// one token (the default) or the share rounded at random.
+	FirstContact bucket.FirstContact
 	// RejoinInterval is how often the Join names are resolved again to find
 	// peers that were not there before (0: gossip's default, 30s).
 	RejoinInterval time.Duration

@@ -178,6 +178,7 @@ func New(cfg Config) (*Daemon, error) {
 			MaxKeys: s.MaxKeys, MaxKeyLen: s.MaxKeyLen, MaxLogBytes: s.MaxLogBytes,
 			TrackConsumption: s.Cluster.Enabled(),
 			EpochBase:        uint64(time.Now().UnixNano()), // grows across restarts
+			FirstContact:     s.Cluster.FirstContact,
 		}),
 		namespaces:   map[string]bucket.Namespace{},
 		ready:        make(chan struct{}),

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 
+	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/clientlib"
 	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/daemon"
@@ -30,6 +31,9 @@ type Options struct {
 	// FirstShare turns on first contact's hold and the fair floor (see
 	// daemon.Config.NoFirstShare), which sluiced always runs with.
 	FirstShare bool
+	// FirstContact is how the hold counts a node's share of the burst
+	// (config.ClusterSettings.FirstContact); default: at least one token.
+	FirstContact bucket.FirstContact
 	// Rules is the rules file every node loads. Default: rule "api", 100/1s.
 	Rules string
 	// GossipInterval, FanoutLimit, GossipNodes and PushPullInterval tune
@@ -216,6 +220,7 @@ func (n *Node) start(join []string) error {
 		FanoutLimit:      c.opts.FanoutLimit,
 		GossipMode:       c.opts.GossipMode,
 		PushPullInterval: c.opts.PushPullInterval,
+		FirstContact:     c.opts.FirstContact,
 		Key:              c.opts.Key,
 		Label:            "testcluster",
 		Insecure:         len(c.opts.Key) == 0 && len(c.opts.Keyring) == 0, // loopback, in one process

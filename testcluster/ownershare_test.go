@@ -26,7 +26,8 @@ func ownerShareBinaries(t *testing.T, opts *ProcsOptions) {
 	opts.Sluiced = bin
 	if other := os.Getenv("SLUICE_OWNERSHARE_BINARY"); other != "" {
 		opts.Sluiced = other
-		t.Logf("every node runs %s", other)
+		opts.FirstContact = "" // that build may predate --first-contact
+		t.Logf("every node runs %s, with its default first contact", other)
 	}
 	if old := os.Getenv("SLUICE_OWNERSHARE_MIXED"); old != "" {
 		opts.NodeSluiced = make([]string, opts.N)
@@ -40,21 +41,54 @@ func ownerShareBinaries(t *testing.T, opts *ProcsOptions) {
 const shareRules = "rules:\n  rare:\n    rate: 1/1s\n    burst: 4\n  warm:\n    rate: 1000/1h\n"
 
 // Twenty sluiced processes in owner mode, each asked once for a key new to
-// all of them, at about the same moment: the cluster admits about the
-// burst (each node lends itself burst/20 of it, rounded up or down at
-// random, until the key's owner answers), not one token per node.
+// all of them, at about the same moment, three times (a new key each
+// wave). With --first-contact share the cluster admits about the burst
+// (each node lends itself burst/20 of it, rounded up or down at random,
+// until the key's owner answers), not one token per node: 1 to 8 of 20 a
+// wave on average. With the default (token) every node admits its first
+// request, as a host calling a key now and then must be: 20 of 20, or 19
+// when the key's owner heard four others' tokens before its own request
+// came (its balance then refuses, as it should).
 func TestOwnerModeFirstContactProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs twenty sluiced processes")
 	}
-	const n = 20
-	opts := ProcsOptions{N: n, Rules: shareRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"}
+	const n, waves = 20, 3
+	for _, contact := range []string{"token", "share"} {
+		t.Run(contact, func(t *testing.T) {
+			admitted, decided, want := firstContactWaves(t, n, waves, contact)
+			total := 0
+			for wave, got := range admitted {
+				total += got
+				switch {
+				case contact == "token" && got < decided[wave]-1:
+					t.Errorf("wave %d: %d of the %d nodes that answered admitted their first request, want every one (but perhaps the key's owner)", wave, got, decided[wave])
+				case contact == "share" && float64(got) > math.Max(12, 2.5*want[wave]):
+					t.Errorf("wave %d: %d admitted, want about %.1f (one per node would be %d)", wave, got, want[wave], n)
+				}
+			}
+			if contact == "share" && (total < waves || total > 8*waves) {
+				t.Errorf("%d admitted in %d waves, want 1 to 8 a wave on average (burst/20 of each node's first request)", total, waves)
+			}
+		})
+	}
+}
+
+// firstContactWaves starts n sluiced processes in owner mode with
+// --first-contact contact, waits for the cluster to form, then asks every
+// node once for a new key, waves times, and returns how many nodes
+// admitted each wave's key, how many decided it (the others' clients failed
+// open: the daemon did not answer in time on a starved machine), and burst +
+// rate × the wave's spread.
+func firstContactWaves(t *testing.T, n, waves int, contact string) (admitted, decided []int, want []float64) {
+	t.Helper()
+	opts := ProcsOptions{N: n, Rules: shareRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner", FirstContact: contact}
 	ownerShareBinaries(t, &opts)
 	p, err := StartProcs(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
+	defer p.Close()
 	// The cluster has formed when every node hears every other's token on
 	// a warm key within a few seconds: every node's ring names the same
 	// owner (until then their counters go to different owners, and a key
@@ -72,31 +106,34 @@ func TestOwnerModeFirstContactProcesses(t *testing.T) {
 			break
 		}
 	}
-	for wave := range 3 {
+	for wave := range waves {
 		key := "first-" + strconv.Itoa(wave)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		admitted := 0
+		got, failedOpen := 0, 0
 		start := time.Now()
 		for i := range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if d := p.Allow(i, "rare", key, 1); d.Allowed && !d.FailedOpen {
-					mu.Lock()
-					admitted++
-					mu.Unlock()
+				d := p.Allow(i, "rare", key, 1)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case d.FailedOpen:
+					failedOpen++
+				case d.Allowed:
+					got++
 				}
 			}()
 		}
 		wg.Wait()
 		spread := time.Since(start)
-		want := 4 + spread.Seconds()
-		t.Logf("wave %d: %d of %d nodes admitted the new key's first request within %s; burst + rate × T = %.1f", wave, admitted, n, spread.Round(time.Millisecond), want)
-		if float64(admitted) > math.Max(12, 2.5*want) {
-			t.Fatalf("wave %d: %d admitted, want about %.1f (one per node would be %d)", wave, admitted, want, n)
-		}
+		admitted, decided, want = append(admitted, got), append(decided, n-failedOpen), append(want, 4+spread.Seconds())
+		t.Logf("--first-contact %s, wave %d: %d of %d nodes admitted the new key's first request within %s (%d failed open); burst + rate × T = %.1f",
+			contact, wave, got, n, spread.Round(time.Millisecond), failedOpen, want[wave])
 	}
+	return admitted, decided, want
 }
 
 // allHeard reports whether every one of the n nodes' balances of the warm

@@ -28,6 +28,10 @@ type ProcsOptions struct {
 	// NodeSluiced, where not empty, is the binary of node i instead of
 	// Sluiced (a rolling upgrade: older and newer daemons in one cluster).
 	NodeSluiced []string
+	// FirstContact, if not empty, is --first-contact (token or share),
+	// given to the nodes that run Sluiced (not to NodeSluiced's builds,
+	// which may be older than the flag).
+	FirstContact string
 }
 
 // Procs is a cluster of sluiced processes, as they ship.
@@ -114,6 +118,8 @@ func (p *Procs) startNode(opts ProcsOptions, env []string, rules string, i, firs
 		bin := opts.Sluiced
 		if i < len(opts.NodeSluiced) && opts.NodeSluiced[i] != "" {
 			bin = opts.NodeSluiced[i]
+		} else if opts.FirstContact != "" {
+			args = append(args, "--first-contact", opts.FirstContact)
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Env = env

@@ -73,6 +73,7 @@ func app() *cli.App {
 			&cli.IntFlag{Name: "gossip-nodes", Value: gossip.DefaultGossipNodes, EnvVars: []string{"SLUICE_GOSSIP_NODES"}, Usage: "peers reached per round once the cluster outgrows --fanout-limit", Category: "cluster"},
 			&cli.IntFlag{Name: "fanout-limit", Value: gossip.DefaultFanoutLimit, EnvVars: []string{"SLUICE_FANOUT_LIMIT"}, Usage: "largest cluster in which consumption goes straight to every member", Category: "cluster"},
 			&cli.StringFlag{Name: "gossip-mode", Value: gossip.ModeAuto, EnvVars: []string{"SLUICE_GOSSIP_MODE"}, Usage: "how consumption travels: direct (to every member), relay (to a few, which relay), owner (to each key's owner, which answers with the cluster's view), or auto: direct up to --fanout-limit members, owner beyond once every member supports it, else relay", Category: "cluster"},
+			&cli.StringFlag{Name: "first-contact", Value: "token", EnvVars: []string{"SLUICE_FIRST_CONTACT"}, Usage: "how much of a key a daemon admits when it meets the key first (for one propagation delay it may admit only its share of the burst, burst / members): token (at least one token per daemon; serves hosts that each call a key now and then, but a key every host meets at once may admit one token per host) or share (a share below one token rounded at random: the cluster admits about one burst however many hosts meet the key at once, but hosts that call a key rarely are refused far below its limit)", Category: "cluster"},
 			&cli.DurationFlag{Name: "push-pull-interval", Value: gossip.DefaultPushPullInterval, EnvVars: []string{"SLUICE_PUSH_PULL_INTERVAL"}, Usage: "how often full state is exchanged with a random peer (repairs losses)", Category: "cluster"},
 			&cli.DurationFlag{Name: "rejoin-interval", Value: gossip.DefaultRejoinInterval, EnvVars: []string{"SLUICE_REJOIN_INTERVAL"}, Usage: "how often the --join names are resolved again and peers not yet members are joined (a headless Service's name lists pods as they come)", Category: "cluster"},
 			&cli.StringFlag{Name: "gossip-key-file", EnvVars: []string{"SLUICE_GOSSIP_KEY_FILE"}, Usage: "file holding the base64 gossip key (16, 24 or 32 bytes), mode 0600: encrypt gossip; or set SLUICE_GOSSIP_KEY", Category: "cluster"},
@@ -147,6 +148,9 @@ func run(c *cli.Context) error {
 		Label:            c.String("cluster-label"),
 	}
 	s.Cluster.Insecure = c.Bool("insecure-gossip")
+	if s.Cluster.FirstContact, err = config.ParseFirstContact(c.String("first-contact")); err != nil {
+		return fmt.Errorf("--first-contact: %w", err)
+	}
 	if s.Cluster.Key, err = gossipKey(c); err != nil {
 		return err
 	}

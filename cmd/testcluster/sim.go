@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicelabs/sluice/config"
 	"github.com/sluicelabs/sluice/testcluster/sim"
 )
 
@@ -34,6 +35,7 @@ func simCommand() *cli.Command {
 			&cli.IntFlag{Name: "gossip-nodes", Value: 4, Usage: "peers per relayed round"},
 			&cli.StringFlag{Name: "gossip-mode", Usage: "auto (default), direct, relay or owner"},
 			&cli.BoolFlag{Name: "first-share", Usage: "hold new buckets to burst/nodes for one propagation delay, keep the fair floor and, in owner mode, shares of the owner's view, as sluiced does"},
+			&cli.StringFlag{Name: "first-contact", Value: "token", Usage: "with --first-share: token (at least one token per node at first contact, sluiced's default) or share (the share rounded at random: sluiced's --first-contact share)"},
 			&cli.DurationFlag{Name: "push-pull-interval", Value: 10 * time.Second, Usage: "push-pull interval (memberlist stretches it above 32 members)"},
 			&cli.Float64Flag{Name: "loss", Usage: "fraction of packets lost"},
 			&cli.DurationFlag{Name: "latency", Value: 100 * time.Microsecond, Usage: "one-way latency, fixed part"},
@@ -63,11 +65,15 @@ func simCommand() *cli.Command {
 			if c.Bool("validate") {
 				return simValidate(c)
 			}
+			contact, err := config.ParseFirstContact(c.String("first-contact"))
+			if err != nil {
+				return fmt.Errorf("--first-contact: %w", err)
+			}
 			cfg := sim.Config{
 				Nodes: c.Int("nodes"), Duration: time.Duration(c.Float64("seconds") * float64(time.Second)), Seed: c.Uint64("seed"),
 				Scenario: sim.Scenario(c.String("scenario")), Rate: c.Float64("rate"), Burst: c.Int64("burst"),
 				Offered: c.Float64("offered"), MinPerNode: c.Float64("min-per-node"), PerHost: c.Float64("per-host"), Keys: c.Int("keys"),
-				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"), GossipMode: c.String("gossip-mode"), FirstShare: c.Bool("first-share"),
+				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"), GossipMode: c.String("gossip-mode"), FirstShare: c.Bool("first-share"), FirstContact: contact,
 				PushPullInterval: c.Duration("push-pull-interval"), Loss: c.Float64("loss"), Latency: c.Duration("latency"),
 				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), JoinSpread: c.Duration("join-spread"),
 				Partition: sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicelabs/sluice/bucket"
 )
 
 // Scenario is the load a run drives.
@@ -37,6 +39,10 @@ type Config struct {
 	// (bucket.Store.SetFirstShare, SetOwnerView); off by default, as in
 	// testcluster's in-process clusters.
 	FirstShare bool
+	// FirstContact is how, with FirstShare, the hold counts a node's share
+	// of the burst (bucket.StoreConfig.FirstContact); default: at least
+	// one token, as sluiced's default.
+	FirstContact bucket.FirstContact
 
 	// Network.
 	Latency   time.Duration // one-way latency's fixed part. Default 100 µs.

@@ -125,7 +125,7 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	n := &node{i: i, gen: gen, name: nameOf(i, gen), alive: true}
 	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
 	n.store = bucket.NewStore(bucket.StoreConfig{MaxKeys: max(4096, 4*len(s.keys)), Shards: 1, TrackConsumption: true,
-		EpochBase: uint64(s.clock().UnixNano()), Seed: seed + 1})
+		EpochBase: uint64(s.clock().UnixNano()), Seed: seed + 1, FirstContact: s.cfg.FirstContact})
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicelabs/sluice/bucket"
 )
 
 // The same seed repeats a run exactly, through loss, relaying and churn;
@@ -179,7 +181,7 @@ func TestOwnerSharesHoldTheLimitAndShareIt(t *testing.T) {
 		firstSecond uint64  // at most
 		fairAtLeast float64 // 2 s shares within ±25%, if not 0
 	}{
-		{"300 nodes, 20 req/s each", Config{Nodes: 300, Duration: 3 * time.Second, MinPerNode: 20}, 0.95, 1.03, 210, 0},
+		{"300 nodes, 20 req/s each, strict first contact", Config{Nodes: 300, Duration: 3 * time.Second, MinPerNode: 20, FirstContact: bucket.FirstContactShare}, 0.95, 1.03, 210, 0},
 		{"10 nodes, even demand", Config{Nodes: 10, Duration: 10 * time.Second}, 0.97, 1.03, 210, 0.9},
 		{"50 nodes, even demand (2 tokens/s each)", Config{Nodes: 50, Duration: 10 * time.Second}, 0.97, 1.03, 210, 0.85},
 	} {
@@ -200,6 +202,39 @@ func TestOwnerSharesHoldTheLimitAndShareIt(t *testing.T) {
 			}
 			if r.Fairness.Within25 < tc.fairAtLeast {
 				t.Errorf("%.0f%% of 2 s shares within ±25%%, want at least %.0f%%", 100*r.Fairness.Within25, 100*tc.fairAtLeast)
+			}
+		})
+	}
+}
+
+// Light users, the per-user-limit workload: every node's requests are
+// spread over as many keys as nodes, each key offered half its limit, so
+// every request should pass; a node calls each key a few times a second
+// and forgets it between calls (a bucket refused nothing refills and is
+// swept), so it meets the key "for the first time" again and again. With
+// sluiced's default first contact (a token at least) they are served;
+// with the strict share (burst / members rounded at random, 20 / 100
+// here) a fifth of a node's first calls pass and the users are refused far
+// below their limit: that is what --first-contact share costs.
+func TestFirstContactServesLightUsers(t *testing.T) {
+	for _, tc := range []struct {
+		contact   bucket.FirstContact
+		low, high float64 // admitted / offered
+	}{
+		{bucket.FirstContactToken, 0.99, 1},
+		{bucket.FirstContactShare, 0, 0.9},
+	} {
+		t.Run(tc.contact.String(), func(t *testing.T) {
+			s, err := New(Config{Nodes: 100, Duration: 3 * time.Second, Seed: 1, GossipMode: "owner", FirstShare: true,
+				FirstContact: tc.contact, Scenario: Spread, Burst: 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := s.Run()
+			got := float64(r.Admitted) / float64(r.Requests)
+			t.Logf("admitted %d of %d offered (%.1f%%), %.1f%% of the limits", r.Admitted, r.Requests, 100*got, 100*r.Accuracy)
+			if got < tc.low || got > tc.high {
+				t.Errorf("admitted %.1f%% of the requests, want %.0f-%.0f%%", 100*got, 100*tc.low, 100*tc.high)
 			}
 		})
 	}
