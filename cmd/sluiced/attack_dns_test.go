@@ -213,9 +213,9 @@ func TestDNSPodsStartedInAnyOrderFormOneCluster(t *testing.T) {
 	took := awaitOneCluster(t, dnsHeal, "started one by one", nodes)
 	t.Logf("one cluster %s after the last pod served", took.Round(time.Millisecond))
 	assertGossips(t, "started one by one", nodes)
-	if d.dns.Queries(dnsName) < 3 {
-		t.Errorf("the DNS server was asked %d times about %s: the pods did not resolve it", d.dns.Queries(dnsName), dnsName)
-	}
+	// A pod joined by the others before its own lookup was answered is in
+	// the cluster already; its lookup is still counted, a moment later.
+	netnsWithin(t, 10*time.Second, "every pod resolved "+dnsName, func() bool { return d.dns.Queries(dnsName) >= 3 })
 }
 
 // A split cluster heals by resolving the name again, and by nothing else:

@@ -882,9 +882,7 @@ func TestNetnsLossKeepsTheClusterLimit(t *testing.T) {
 			t.Errorf("%s's iptables dropped nothing: the loss was not applied", c.nodes[i].name)
 		}
 	}
-	if math.Abs(float64(got)-want) > 0.10*want {
-		t.Errorf("admitted %d, want %.0f ± 10%%", got, want)
-	}
+	assertNearLimit(t, "10% loss", got, offered, (350+100+50)*secs, want, 0.10)
 	c.assertNoneClamped(t)
 }
 
@@ -981,16 +979,16 @@ func TestNetnsPartitionThenCrash(t *testing.T) {
 	limit := 100 + 100*secs
 	t.Logf("during the partition: majority admitted %d of %d, minority %d of %d (limit per side %d)", majority, majOffered, minority, minOffered, limit)
 	for _, side := range []struct {
-		name              string
-		admitted, offered int
-	}{{"majority", majority, majOffered}, {"minority", minority, minOffered}} {
+		name                     string
+		admitted, offered, asked int
+	}{{"majority", majority, majOffered, 400 * secs}, {"minority", minority, minOffered, 300 * secs}} {
 		// Each side alone enforces the limit: never much more, and not
 		// less than the limit (or than what its callers, starved on a
 		// loaded machine, managed to offer).
-		want := min(limit, side.offered)
-		if float64(side.admitted) < 0.9*float64(want) || float64(side.admitted) > 1.15*float64(limit) {
+		if float64(side.admitted) > 1.15*float64(limit) {
 			t.Errorf("%s side admitted %d of %d offered, want about the limit %d on its own", side.name, side.admitted, side.offered, limit)
 		}
+		assertNearLimit(t, side.name+" side", side.admitted, side.offered, side.asked, float64(min(limit, side.offered)), 0.10)
 	}
 	for _, n := range c.nodes {
 		netnsHeal(t, n.host)

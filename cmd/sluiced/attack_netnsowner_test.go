@@ -260,6 +260,26 @@ func skipIfStalled(t *testing.T, worst time.Duration) {
 	}
 }
 
+// assertNearLimit checks what a drive admitted against want: never more
+// than tol above it, and no more than tol below it unless the callers made
+// less than 70% of the calls asked (see skipIfStarved: a caller that is
+// not scheduled leaves refill unused, so the count then measures the
+// machine, and the lower bound is only logged).
+func assertNearLimit(t *testing.T, what string, got, offered, asked int, want, tol float64) {
+	t.Helper()
+	if float64(got) > (1+tol)*want {
+		t.Errorf("%s: admitted %d, want at most %.0f + %.0f%%", what, got, want, 100*tol)
+	}
+	if float64(got) < (1-tol)*want {
+		if float64(offered) >= 0.7*float64(asked) {
+			t.Errorf("%s: admitted %d, want at least %.0f - %.0f%%", what, got, want, 100*tol)
+		} else {
+			t.Logf("%s: admitted %d, under %.0f - %.0f%%, but the callers made only %d of the %d calls asked: the lower bound is not asserted",
+				what, got, want, 100*tol, offered, asked)
+		}
+	}
+}
+
 // skipIfStarved skips the rest of a test whose callers made less than 70%
 // of the calls asked of them: the machine (2 cores shared with other test
 // runs) did not run the scenario, and processes that are not scheduled for
