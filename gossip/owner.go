@@ -337,7 +337,7 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 				s.dropPendingLocked(k)
 				continue
 			}
-			s.aggregateOwnOnceLocked(p.c, now) // the replica's own: counted here, still sent to the owner
+			s.aggregateOwnLocked(p.c, now) // the replica's own: counted here once, still sent to the owner
 			owner = ""
 		}
 		p.transmits--
@@ -613,7 +613,7 @@ func (s *Syncer) aggregateOwnLocked(c Counter, now time.Duration) {
 	if sub == nil {
 		return
 	}
-	d := c.Used - c.Prev
+	d := ownNew(sub, c) // ownerfailover.go
 	sub.contrib += d
 	o.total += d
 	sub.heard, sub.seen, o.heard = now, now, now

@@ -1,7 +1,5 @@
 package gossip
 
-import "time"
-
 // A failover must not split a key's accounting.
 //
 // A node whose counters for a key go unanswered for ownerFailover rounds
@@ -42,7 +40,9 @@ import "time"
 // failoverRoutesLocked reports whether the counters of key k, whose owner
 // on the ring is owner, go to the replica now; it ends the failover when
 // its hold is over, and forgets it when the ring names another owner or
-// its answers can no longer come (failoverMuteRounds). Caller holds s.mu.
+// its answers can no longer come (failoverMuteRounds). The replica's
+// answers do not stop the wait for the owner's (ackFromLocked), so a
+// failover that ends starts that wait anew. Caller holds s.mu.
 func (s *Syncer) failoverRoutesLocked(k [2]string, owner string) bool {
 	st := &s.owner
 	f, ok := st.failover[k]
@@ -51,11 +51,13 @@ func (s *Syncer) failoverRoutesLocked(k [2]string, owner string) bool {
 		return false
 	case f.owner != owner:
 		delete(st.failover, k)
+		delete(st.waiting, k) // a new owner: ownerFailover rounds from now
 	case f.ended == 0 && st.round-f.at < ownerFailoverHold:
 		return true
 	case f.ended == 0:
 		f.ended = st.round
 		st.failover[k] = f
+		delete(st.waiting, k) // the owner again: ownerFailover rounds from now
 	case st.round-f.ended > s.failoverMuteRounds():
 		delete(st.failover, k)
 	}
@@ -107,30 +109,21 @@ func (s *Syncer) ackFromLocked(a ownerAnswer, sender, owner string) {
 	}
 }
 
-// aggregateOwnOnceLocked counts this node's own counter into its aggregate
-// of the key as a contributor's is counted, from the highest counted (or
-// its prev) up, so that a counter still pending (sent to the owner too) is
-// counted once however often it is. Caller holds s.mu.
-func (s *Syncer) aggregateOwnOnceLocked(c Counter, now time.Duration) {
-	o := s.aggregateFor(aggKey{c.Rule, c.Key, c.Window})
-	sub := s.subFor(o, s.self, c)
-	if sub == nil {
-		return
-	}
-	sub.heard, sub.seen, o.heard = now, now, now
+// ownNew returns what of this node's own counter c its aggregate sub has
+// not counted yet, and notes it counted: what lies above c's prev and, in
+// the epoch counted last, above the highest counted. A counter of the
+// replica's own during a failover is counted here and stays pending for
+// the owner, its prev what the owner acknowledged: counted once however
+// often it comes, and after the ring makes this node the owner. A counter
+// of an epoch left behind is counted from its prev, as it always was.
+func ownNew(sub *ownerSub, c Counter) uint64 {
+	base := c.Prev
 	switch {
-	case c.Epoch < sub.epoch:
-		return
+	case c.Epoch == sub.epoch:
+		base = max(base, sub.hi)
+		sub.hi = max(sub.hi, c.Used)
 	case c.Epoch > sub.epoch:
-		sub.epoch, sub.hi = c.Epoch, c.Prev
+		sub.epoch, sub.hi = c.Epoch, c.Used
 	}
-	base := max(sub.hi, c.Prev)
-	sub.hi = max(sub.hi, c.Used)
-	if c.Used <= base {
-		return
-	}
-	d := c.Used - base
-	sub.contrib += d
-	o.total += d
-	o.dirty = true
+	return c.Used - min(c.Used, base)
 }

@@ -17,12 +17,13 @@ type failoverNet struct {
 	now     time.Time
 	key     string
 	used    map[string]uint64
-	held    [][2]any // [to, packet] of the slowed node, in order
+	held    [][2]any        // [to, packet] of the slowed node, in order
+	dead    map[string]bool // runs no round, hears nothing
 }
 
 func newFailoverNet(t *testing.T, names ...string) *failoverNet {
 	n := &failoverNet{t: t, names: names, nodes: map[string]*Syncer{}, ledgers: map[string]*memLedger{},
-		now: time.Unix(1_700_000_000, 0), used: map[string]uint64{}}
+		now: time.Unix(1_700_000_000, 0), used: map[string]uint64{}, dead: map[string]bool{}}
 	born := n.now
 	for _, self := range names {
 		var others []string
@@ -61,6 +62,9 @@ func (n *failoverNet) round(slow string, consumers ...string) {
 		n.ledgers[c].add(Counter{Rule: "api", Key: n.key, Epoch: 1, Used: n.used[c], Prev: n.used[c] - 1})
 	}
 	for _, name := range n.names {
+		if n.dead[name] {
+			continue
+		}
 		s := n.nodes[name]
 		var own []Counter
 		s.ledger.Drain(func(c Counter) { own = append(own, c) })
@@ -72,7 +76,10 @@ func (n *failoverNet) round(slow string, consumers ...string) {
 		s.mu.Unlock()
 		for _, o := range out {
 			for _, p := range o.packets {
-				if name == slow {
+				switch {
+				case n.dead[o.to.Name]:
+					continue
+				case name == slow:
 					n.held = append(n.held, [2]any{o.to.Name, p})
 					continue
 				}
@@ -153,4 +160,74 @@ func TestLateOwnerFailoverKeepsOneAccount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bury makes every live node see name leave (memberlist declared it dead).
+func (n *failoverNet) bury(name string) {
+	for other, s := range n.nodes {
+		if other == name {
+			continue
+		}
+		s.mu.Lock()
+		delete(s.peers, name)
+		s.ownerMemberLocked(name)
+		s.members.Store(int64(len(s.peers) + 1))
+		s.mu.Unlock()
+	}
+}
+
+// An owner that dies (kill -9: it sends and hears nothing) is still failed
+// over from within ownerFailover rounds: its contributors send to the
+// replica, which answers them, and every live node is charged what the
+// others consumed after the owner's last answers, both while the dead owner
+// is still a member (before memberlist's failure detection) and after the
+// ring drops it.
+func TestDeadOwnerIsFailedOver(t *testing.T) {
+	n := newFailoverNet(t, "o", "r", "x", "y", "z")
+	n.key = n.keyOwnedBy("o", "r")
+	live := []string{"r", "x", "y", "z"}
+	const before = 20
+	for range before {
+		n.round("", n.names...)
+	}
+	n.dead["o"] = true
+	// What each live node was charged and the others had consumed when the
+	// owner died: an answer covers at most the round before.
+	base := map[string]uint64{}
+	for _, name := range live {
+		base[name] = n.ledgers[name].charged["api/"+n.key]
+	}
+	usedAt := map[string]uint64{}
+	for _, name := range live {
+		usedAt[name] = n.used[name]
+	}
+	check := func(when string, slack uint64) {
+		t.Helper()
+		for _, name := range live {
+			var others uint64
+			for _, m := range live {
+				if m != name {
+					others += n.used[m] - usedAt[m]
+				}
+			}
+			got := n.ledgers[name].charged["api/"+n.key] - base[name]
+			t.Logf("%s: %s: charged %d since the owner died, the live others consumed %d", when, name, got, others)
+			if got+slack < others {
+				t.Errorf("%s: %s charged %d since the owner died, the live others consumed %d (slack %d)", when, name, got, others, slack)
+			}
+		}
+	}
+	for range ownerFailover + 40 {
+		n.round("", live...)
+	}
+	// Still a member: what the last rounds consumed may not be answered yet.
+	check("owner dead, still a member", 2*uint64(len(live)-1)+uint64(len(live)))
+	n.bury("o")
+	for range 40 {
+		n.round("", live...)
+	}
+	for range 600 {
+		n.round("")
+	}
+	check("owner gone from the ring, settled", uint64(len(live)-1)*2)
 }
