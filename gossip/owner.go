@@ -332,13 +332,12 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 		owner := s.ownerForLocked(k.rule, k.key)
 		also := s.failoverAlsoLocked(k.rule, k.key, owner) // the owner, while failed over from it (ownerfailover.go)
 		if owner == s.self || owner == "" {
+			s.aggregateOwnLocked(p.c, now)
 			if also == "" {
-				s.aggregateOwnLocked(p.c, now)
 				s.dropPendingLocked(k)
 				continue
 			}
-			s.aggregateOwnLocked(p.c, now) // the replica's own: counted here once, still sent to the owner
-			owner = ""
+			owner = "" // the replica's own, failed over: counted here once, still sent to the owner
 		}
 		p.transmits--
 		if p.transmits < maxAge {
