@@ -231,3 +231,58 @@ func TestDeadOwnerIsFailedOver(t *testing.T) {
 	}
 	check("owner gone from the ring, settled", uint64(len(live)-1)*2)
 }
+
+// Only the owner's answers acknowledge a node's counters while the key is
+// failed over (and lately was); the owner's ends the failover; with no
+// failover the replica's acknowledge as before (the old owner's late
+// answers after a membership change).
+func TestOnlyTheOwnerAcknowledgesAFailedOverKey(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		failover *failover // nil: none
+		from     string    // "owner" or "replica"
+		wantPrev uint64    // the pending counter's prev after the answer
+		wantEnd  bool      // the failover ended
+	}{
+		{"no failover, owner", nil, "owner", 6, false},
+		{"no failover, replica", nil, "replica", 6, false},
+		{"failed over, replica", &failover{at: 1}, "replica", 2, false},
+		{"failed over, owner", &failover{at: 1}, "owner", 6, true},
+		{"failover ended lately, replica", &failover{at: 1, ended: 3}, "replica", 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newOwnerSyncer("me", "n1", "n2", "n3")
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.refreshRingLocked()
+			owner, replica := s.owner.ring.owners("api", "k")
+			if owner == "me" || replica == "me" {
+				t.Skip("this ring makes me the owner or replica of k")
+			}
+			s.owner.round = 5
+			k := [2]string{"api", "k"}
+			if tt.failover != nil {
+				f := *tt.failover
+				f.owner = owner
+				s.owner.failover = map[[2]string]failover{k: f}
+			}
+			pk := pendingKey{counterKey{"me", "api", "k"}, 0, 1}
+			s.pending[pk] = &pendingCounter{c: Counter{Rule: "api", Key: "k", Epoch: 1, Prev: 2, Used: 10}, transmits: 3}
+			from := owner
+			if tt.from == "replica" {
+				from = replica
+			}
+			s.ackFromLocked(ownerAnswer{rule: "api", key: "k", ackEpoch: 1, ackUsed: 6}, from, owner)
+			if p := s.pending[pk]; p == nil || p.c.Prev != tt.wantPrev {
+				t.Fatalf("pending %+v, want prev %d", p, tt.wantPrev)
+			}
+			f, ok := s.owner.failover[k]
+			if ended := ok && f.ended != 0; tt.failover != nil && ended != tt.wantEnd {
+				t.Fatalf("failover %+v (held %v), want ended %v", f, ok, tt.wantEnd)
+			}
+			if got := s.failoverAlsoLocked("api", "k", replica); (got != "") != (tt.failover != nil && !tt.wantEnd) {
+				t.Fatalf("also sent to %q", got)
+			}
+		})
+	}
+}
