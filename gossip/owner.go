@@ -197,12 +197,13 @@ type ownerState struct {
 	toConfirm map[heardTo]heardDue
 }
 
-// failover is a key's counters sent to the replica instead of owner since
-// round at: it ends after ownerFailoverHold rounds, or when the ring names
-// another owner.
+// failover is a key's counters sent to the replica (and still to owner)
+// since round at: it ends after ownerFailoverHold rounds, when owner
+// answers, or when the ring names another owner (ownerfailover.go).
 type failover struct {
 	at    uint64
 	owner string
+	ended uint64 // the round it ended, 0 while it lasts (ownerfailover.go)
 }
 
 // OwnerStats counts owner mode's work; read it with Syncer.OwnerStats.
@@ -329,10 +330,14 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 			continue
 		}
 		owner := s.ownerForLocked(k.rule, k.key)
+		also := s.failoverAlsoLocked(k.rule, k.key, owner) // the owner, while failed over from it (ownerfailover.go)
 		if owner == s.self || owner == "" {
 			s.aggregateOwnLocked(p.c, now)
-			s.dropPendingLocked(k)
-			continue
+			if also == "" {
+				s.dropPendingLocked(k)
+				continue
+			}
+			owner = "" // the replica's own, failed over: counted here once, still sent to the owner
 		}
 		p.transmits--
 		if p.transmits < maxAge {
@@ -342,12 +347,17 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 		if p.transmits < 0 && -p.transmits%ownerBackoff != 0 {
 			continue
 		}
-		w := writers[owner]
-		if w == nil {
-			w = newPacketWriter(s.self, s.cfg.PacketSize)
-			writers[owner] = w
+		for _, to := range [2]string{owner, also} {
+			if to == "" {
+				continue
+			}
+			w := writers[to]
+			if w == nil {
+				w = newPacketWriter(s.self, s.cfg.PacketSize)
+				writers[to] = w
+			}
+			w.add(s.self, p.c)
 		}
-		w.add(s.self, p.c)
 	}
 	var out []ownerOut
 	for name, w := range inOrder(s.simRand(), writers, compareNames) {
@@ -376,12 +386,8 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 		delete(st.failover, k)
 		return owner
 	}
-	if f, ok := st.failover[k]; ok {
-		if st.round-f.at < ownerFailoverHold && f.owner == owner {
-			owner = replica
-		} else {
-			delete(st.failover, k)
-		}
+	if s.failoverRoutesLocked(k, owner) { // ownerfailover.go
+		owner = replica
 	}
 	at, ok := st.waiting[k]
 	switch {
@@ -390,7 +396,7 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 			st.waiting = map[[2]string]uint64{}
 		}
 		st.waiting[k] = st.round
-	case ok && st.round-at >= ownerFailover && owner != replica && len(st.failover) < s.cfg.MaxSeen:
+	case ok && st.round-at >= ownerFailover && owner != replica && s.failoverRoomLocked(k):
 		if st.failover == nil {
 			st.failover = map[[2]string]failover{}
 		}
@@ -606,7 +612,7 @@ func (s *Syncer) aggregateOwnLocked(c Counter, now time.Duration) {
 	if sub == nil {
 		return
 	}
-	d := c.Used - c.Prev
+	d := ownNew(sub, c) // ownerfailover.go
 	sub.contrib += d
 	o.total += d
 	sub.heard, sub.seen, o.heard = now, now, now
@@ -758,7 +764,7 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 				continue
 			}
 		}
-		s.ackLocked(a)
+		s.ackFromLocked(a, sender, owner) // ownerfailover.go
 		if tokens := s.heardLocked(sender, a, now, bounded != nil, al, others); tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}

@@ -2,8 +2,6 @@ package testcluster
 
 import (
 	"fmt"
-	"math"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,19 +39,34 @@ func evenLoad(n, total int) []int {
 // TestOwnerModeHoldsTheLimit: in owner mode, saturating load (five times
 // the limit) on one key spread evenly over N nodes is held to burst +
 // rate × T within 5%: every node hears the others' consumption from the
-// key's owner, never from each other.
+// key's owner, never from each other. The lower bound is asserted only
+// when the load was offered; the test logs the nodes' views of the owner
+// (a replica holding an aggregate: a node failed over).
 func TestOwnerModeHoldsTheLimit(t *testing.T) {
 	for _, n := range ownerSizes() {
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
 			c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"})
-			const secs = 6
+			const secs, key = 6, "hot-key"
+			stop := make(chan struct{})
+			views := make(chan ownerViews, 1)
+			go func() { views <- watchOwnerViews(c, "api", key, stop) }()
 			start := time.Now()
-			got := drive(c, "api", "hot-key", evenLoad(n, 500), secs*time.Second)
+			got, offered := driveOffered(c, "api", key, evenLoad(n, 500), secs*time.Second)
 			elapsed := time.Since(start).Seconds()
+			close(stop)
+			v := <-views
 			want := 100 + 100*elapsed
-			t.Logf("admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%)", got, elapsed, want, 100*float64(got)/want)
-			if math.Abs(float64(got)-want) > 0.05*want {
-				t.Fatalf("admitted %d, want %.0f ± 5%%", got, want)
+			asked := n * max(1, 500/n) * secs
+			t.Logf("admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); offered %d of %d asked; %s",
+				got, elapsed, want, 100*float64(got)/want, offered, asked, v)
+			if float64(got) > 1.05*want {
+				t.Fatalf("admitted %d, want at most %.0f + 5%%", got, want)
+			}
+			if float64(got) < 0.95*want {
+				if float64(offered) >= 0.9*float64(asked) {
+					t.Fatalf("admitted %d, want at least %.0f - 5%%", got, want)
+				}
+				t.Logf("the machine offered only %d of %d requests: the lower bound is not asserted", offered, asked)
 			}
 		})
 	}
@@ -241,12 +254,6 @@ func driveSeconds(c *Cluster, rule, key string, perNode []int, d time.Duration) 
 func TestOwnerModeUnderLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives 8 seconds of load per case")
-	}
-	if os.Getenv("SLUICE_RUN_QUARANTINED") == "" {
-		t.Skip("quarantined (SLUICE_RUN_QUARANTINED=1 runs it): on a loaded machine a node whose counters go " +
-			"unanswered for ownerFailover rounds fails over to the key's replica while the owner is alive, for " +
-			"ownerFailoverHold rounds (about 10 s); the two aggregates do not share and the cluster admits " +
-			"106-114% (in 4 of 14 loaded runs, each with the replica holding an aggregate and no member declared dead); issue 14")
 	}
 	for _, drop := range []float64{0.1, 0.3} {
 		t.Run(fmt.Sprintf("drop=%.0f%%", 100*drop), func(t *testing.T) {
