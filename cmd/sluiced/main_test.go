@@ -130,16 +130,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// quarantined skips a test that shows a known defect not fixed yet, saying
-// why, unless SLUICE_RUN_QUARANTINED is set: each one is listed in
-// docs/GUARANTEES.md ("Not proven yet") and in the issue it belongs to.
-func quarantined(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("SLUICE_RUN_QUARANTINED") == "" {
-		t.Skip("quarantined (SLUICE_RUN_QUARANTINED=1 runs it): " + why)
-	}
-}
-
 // holdRetry is the longest retry-after allowFresh asks again after: a
 // key new to a cluster is held to this node's share of its burst for one
 // propagation delay (issue 20's first-contact hold: tens of milliseconds
