@@ -244,13 +244,7 @@ func (w *heardWriter) flush() {
 	if w.n == 0 {
 		return
 	}
-	p := mp.AppendArrayHeader(make([]byte, 0, 16+len(w.sender)+len(w.body)), 4)
-	p = mp.AppendUint(p, msgOwnerHeard)
-	p = mp.AppendStr(p, w.sender)
-	p = mp.AppendArrayHeader(p, w.n)
-	p = append(p, w.body...)
-	p = mp.AppendUint(p, w.at)
-	w.out = append(w.out, p)
+	w.out = append(w.out, stampedPacket(msgOwnerHeard, w.sender, w.n, w.body, w.at))
 	w.body, w.n = w.body[:0], 0
 }
 
@@ -268,18 +262,9 @@ func decodeHeard(b []byte) (sender string, sentAt uint64, acks []heardAck, err e
 	fail := func(err error) (string, uint64, []heardAck, error) {
 		return "", 0, nil, fmt.Errorf("heard message: %w", err)
 	}
-	if n, err := d.ArrayLen(); err != nil || n != 4 {
-		return fail(orMalformed(err, &d, "want 4 fields"))
-	}
-	if t, err := d.Uint(); err != nil || t != msgOwnerHeard {
-		return fail(orMalformed(err, &d, "wrong type"))
-	}
-	if sender, err = str(&d, maxNameLen, "sender"); err != nil {
+	sender, n, err := readStampedHeader(&d, msgOwnerHeard, maxHeardEntries)
+	if err != nil {
 		return fail(err)
-	}
-	n, err := d.ArrayLen()
-	if err != nil || n > maxHeardEntries {
-		return fail(orMalformed(err, &d, "too many entries"))
 	}
 	acks = make([]heardAck, 0, min(n, 64))
 	for range n {

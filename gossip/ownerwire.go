@@ -83,6 +83,35 @@ func decodeOwnerCounters(b []byte, admit func(sender string, sentAt uint64, stam
 	return decodeCountersChecked(q, admit, fn)
 }
 
+// stampedPacket finishes a packet of the owner messages' shape: its kind,
+// its sender, its n entries (body) and the instant it is stamped with.
+func stampedPacket(kind uint64, sender string, n int, body []byte, at uint64) []byte {
+	p := mp.AppendArrayHeader(make([]byte, 0, 16+len(sender)+len(body)), 4)
+	p = mp.AppendUint(p, kind)
+	p = mp.AppendStr(p, sender)
+	p = mp.AppendArrayHeader(p, n)
+	p = append(p, body...)
+	return mp.AppendUint(p, at)
+}
+
+// readStampedHeader reads what comes before the entries of a packet that
+// stampedPacket made: it must be of kind, and hold at most maxEntries.
+func readStampedHeader(d *mp.Decoder, kind uint64, maxEntries int) (sender string, n int, err error) {
+	if n, err := d.ArrayLen(); err != nil || n != 4 {
+		return "", 0, orMalformed(err, d, "want 4 fields")
+	}
+	if t, err := d.Uint(); err != nil || t != kind {
+		return "", 0, orMalformed(err, d, "wrong type")
+	}
+	if sender, err = str(d, maxNameLen, "sender"); err != nil {
+		return "", 0, err
+	}
+	if n, err = d.ArrayLen(); err != nil || n > maxEntries {
+		return "", 0, orMalformed(err, d, "too many entries")
+	}
+	return sender, n, nil
+}
+
 // answerWriter batches one destination's answers into packets no larger
 // than limit.
 type answerWriter struct {
@@ -125,13 +154,7 @@ func (w *answerWriter) flush() {
 	if w.n == 0 {
 		return
 	}
-	p := mp.AppendArrayHeader(make([]byte, 0, 16+len(w.sender)+len(w.body)), 4)
-	p = mp.AppendUint(p, msgOwnerAnswer)
-	p = mp.AppendStr(p, w.sender)
-	p = mp.AppendArrayHeader(p, w.n)
-	p = append(p, w.body...)
-	p = mp.AppendUint(p, w.at)
-	w.out = append(w.out, p)
+	w.out = append(w.out, stampedPacket(msgOwnerAnswer, w.sender, w.n, w.body, w.at))
 	w.body, w.n = w.body[:0], 0
 }
 
@@ -150,18 +173,9 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 	fail := func(err error) (string, uint64, []ownerAnswer, error) {
 		return "", 0, nil, fmt.Errorf("owner answer: %w", err)
 	}
-	if n, err := d.ArrayLen(); err != nil || n != 4 {
-		return fail(orMalformed(err, &d, "want 4 fields"))
-	}
-	if t, err := d.Uint(); err != nil || t != msgOwnerAnswer {
-		return fail(orMalformed(err, &d, "wrong type"))
-	}
-	if sender, err = str(&d, maxNameLen, "sender"); err != nil {
+	sender, n, err := readStampedHeader(&d, msgOwnerAnswer, maxAnswerEntries)
+	if err != nil {
 		return fail(err)
-	}
-	n, err := d.ArrayLen()
-	if err != nil || n > maxAnswerEntries {
-		return fail(orMalformed(err, &d, "too many entries"))
 	}
 	answers = make([]ownerAnswer, 0, min(n, 64))
 	for range n {
