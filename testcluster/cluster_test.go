@@ -153,18 +153,25 @@ func withinLimit(t *testing.T, what string, got, offered, asked, limit int) {
 	}
 }
 
-// withinTenPercent checks a drive's admissions against burst + rate × T:
-// never more than 10% above; no more than 10% below when the driver offered
-// at least 90% of the load asked (see withinLimit for why).
+// withinTenPercent checks a drive's admissions against burst + rate × T
+// within 10% (see withinShare).
 func withinTenPercent(t *testing.T, got, offered, asked int, want float64) {
 	t.Helper()
 	t.Logf("offered %d of %d requests asked", offered, asked)
-	if float64(got) > 1.10*want {
-		t.Fatalf("admitted %d, want at most %.0f + 10%%", got, want)
+	withinShare(t, got, offered, asked, want, 0.10)
+}
+
+// withinShare checks a drive's admissions against want: never more than
+// tol above; no more than tol below when the driver offered at least 90%
+// of the load asked (see withinLimit for why).
+func withinShare(t *testing.T, got, offered, asked int, want, tol float64) {
+	t.Helper()
+	if float64(got) > (1+tol)*want {
+		t.Fatalf("admitted %d, want at most %.0f + %.0f%%", got, want, 100*tol)
 	}
-	if float64(got) < 0.90*want {
+	if float64(got) < (1-tol)*want {
 		if float64(offered) >= 0.9*float64(asked) {
-			t.Fatalf("admitted %d, want at least %.0f - 10%%", got, want)
+			t.Fatalf("admitted %d, want at least %.0f - %.0f%%", got, want, 100*tol)
 		}
 		t.Logf("the machine offered only %d of %d requests: the lower bound is not asserted", offered, asked)
 	}
