@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -320,23 +321,55 @@ func TestBadFlagsAndRulesExitNonZero(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback port nobody listens on (UDP and TCP).
+// freePort returns a port free for TCP and UDP on 127.0.0.1, chosen at
+// random below the kernel's ephemeral range: a port the kernel hands out
+// for port 0 (or for any outgoing connection, of this test run or of
+// another one beside it) can be taken again the moment it is released,
+// and a daemon told to bind it then fails. Ports are not handed out twice
+// in one test run.
 func freePort(t *testing.T) string {
 	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	low := ephemeralLow()
+	freePorts.mu.Lock()
+	defer freePorts.mu.Unlock()
+	for range 200 {
+		port := 10000 + rand.IntN(low-10000)
+		if freePorts.given[port] {
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
 		l.Close()
 		if u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			u.Close()
+			freePorts.given[port] = true
 			return fmt.Sprint(port)
 		}
 	}
 	t.Fatal("no free port")
 	return ""
+}
+
+// freePorts are the ports freePort has handed out in this test run.
+var freePorts = struct {
+	mu    sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read), at least 20000.
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	return max(low, 20000)
 }
 
 // Two real processes form a cluster; the second starts first and keeps

@@ -103,6 +103,20 @@ func TestRemoveStaleDeletesOnlyDeadRunsNamespaces(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- sleeper.Wait() }()
 	t.Cleanup(func() { sleeper.Process.Kill(); <-exited })
+	// ip netns exec enters the namespace after Start returns: wait until the
+	// sleeper runs in it, or a loaded machine lets New look before it does.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.Command("ip", "netns", "pids", staleName).Output()
+		if len(strings.TrimSpace(string(out))) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sleeper never ran in %s", staleName)
+		}
+		poll := time.NewTimer(10 * time.Millisecond)
+		<-poll.C
+	}
 
 	lab := New(t) // removes it
 	live := lab.Add()
