@@ -32,18 +32,8 @@ func (l *refillLedger) Balance(rule, key string) (float64, Counter) {
 }
 
 func (l *refillLedger) Adopt(rule, key string, _ uint64, balance float64) bool {
-	here, _ := l.Balance(rule, key)
-	l.amu.Lock()
-	defer l.amu.Unlock()
-	l.adopted = append(l.adopted, balance)
-	if !(balance < here) {
-		return false
-	}
-	if l.lowered == nil {
-		l.lowered = map[string]float64{}
-	}
-	l.lowered[key] += here - balance
-	return true
+	here, _ := l.Balance(rule, key) // read on its clock, as a daemon does
+	return l.adoptFrom(here, key, balance)
 }
 
 // The DNS scenario of TestDNSNameEmptyAtFirstThenListingThePods, at the

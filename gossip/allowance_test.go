@@ -40,6 +40,12 @@ func (l *boundLedger) Balance(rule, key string) (float64, Counter) {
 
 func (l *boundLedger) Adopt(rule, key string, _ uint64, balance float64) bool {
 	here, _ := l.Balance(rule, key)
+	return l.adoptFrom(here, key, balance)
+}
+
+// adoptFrom records balance and lowers key's bucket to it from here, the
+// balance the caller read.
+func (l *boundLedger) adoptFrom(here float64, key string, balance float64) bool {
 	l.amu.Lock()
 	defer l.amu.Unlock()
 	l.adopted = append(l.adopted, balance)
