@@ -102,9 +102,9 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}
-	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 1}
+	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 3} // 3: speaks owner mode and aggregation (gossip's protoAgg)
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
-		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
+		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, AggregateAbove: s.cfg.AggregateAbove, Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
@@ -194,6 +194,7 @@ func (s *Sim) handle(e event) {
 		start := time.Now()
 		n.syncer.Flush()
 		n.busy += time.Since(start)
+		s.hotSample(n) // hotkey.go
 		e.at += int64(s.cfg.GossipInterval)
 		s.push(e)
 	case evPushPull:
@@ -252,6 +253,7 @@ func (s *Sim) request(n *node) {
 	}
 	n.admitted++
 	n.windowAdmitted++
+	s.hotAdmitted(n) // hotkey.go
 	if b := s.bin(); b < len(s.m.bins) && s.cfg.Scenario == Hot {
 		s.m.bins[b]++
 	}

@@ -1,0 +1,1081 @@
+package gossip
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Aggregation before the owner: owner mode (owner.go) for a key that many
+// nodes use at once.
+//
+// In owner mode every user of a key sends the key's owner its counter each
+// interval and is answered: the owner of a key that every node hammers
+// receives and sends one packet per user per interval. Once an owner holds
+// Config.AggregateAbove users of a key (and every member speaks protoAgg),
+// it tells each user that sends it a counter to go through aggregators
+// (a notice, kind 8). A key has k aggregators, k the power of two at or
+// above √N on a ring of N members: slot i's aggregator is the member at
+// the i-th aggregation point of the key on the ring, neither the key's
+// owner nor its replica; a user's slot is a hash of the key and its name.
+// A user so told sends its counters (kind 6) to its aggregator instead of
+// the owner, and takes the aggregator's answers. An aggregator keeps the
+// group as an owner keeps an aggregate (its users' counters counted once,
+// each within its origin's allowance, and its own consumption folded in)
+// and forwards, each interval while the group is active, one group counter
+// to the owner (kind 7): the cumulative sum of the group, under an epoch
+// that names the group. The owner counts it in the aggregator's own entry
+// (so that what it tells the aggregator leaves out both the aggregator's
+// own consumption and its group's), within the allowance of the members
+// its ring assigns to that aggregator, and answers it at once (kind 5,
+// acknowledging the group counter); the aggregator charges what the answer
+// adds, adds it to the group's total, and answers its users at once: each
+// is told the owner's view plus the rest of the group. The owner then
+// receives and sends about k packets per interval for the key, and each
+// aggregator about N/k: O(√N). A consumption reaches every user within
+// two intervals (the user's round, the aggregator's round) and two round
+// trips.
+//
+// Numbering: a user's first answer from an aggregator is a new
+// subscription; the aggregator tells it the key's debt as it sees it (as
+// an owner tells a newcomer); a user that already held the key (it came
+// from the owner, or from another aggregator) charges only what that debt
+// exceeds its own, so a switch neither hands out nor charges a burst.
+//
+// Failures: a user whose counters to its aggregator go unanswered for
+// aggFailover rounds moves to the next slot's aggregator (before
+// memberlist declares the aggregator dead), resending what was not
+// acknowledged; the group counter, cumulative, is repeated until the owner
+// acknowledges it, and an aggregator whose owner does not answer fails
+// over to the replica as any user does (owner.go). Unacknowledged
+// consumption of a dead aggregator's group is resent by its users; what it
+// had forwarded and not acknowledged to them is counted twice (the cluster
+// admits less, by one interval of those users, never more).
+//
+// Trust: the owner counts a group counter only from a member (sender
+// guard, stamps), for a key it owns or replicates, from a member its own
+// ring names as an aggregator of the key, and no more than 2n+2 origins'
+// allowances (n the members the ring assigns to that aggregator: room for
+// the users of a neighbouring slot that failed over to it, and for the
+// aggregator's own consumption). A hostile member can thus inflate a key by
+// what about 2√N members could admit, no more; a user takes an answer only
+// from its own aggregator on its own ring, bounded as an owner's answer is.
+
+// DefaultAggregateAbove is Config.AggregateAbove's default.
+const DefaultAggregateAbove = 64
+
+// aggGroupPrefix starts the name of an aggregator's group among an owner's
+// contributors (ownedKey.subs), apart from its own consumption: what the
+// owner tells the group leaves out only the group's consumption, and the
+// users' totals continue the owner's numbering (aggFirstLocked).
+const aggGroupPrefix = "\x00group "
+
+// aggMinMembers is the smallest ring on which keys are aggregated.
+const aggMinMembers = 8
+
+// aggFailover is how many rounds a user's counters to its aggregator may go
+// unanswered before it moves to the next slot's aggregator.
+const aggFailover = 8
+
+// aggUpFresh is, in gossip intervals, how recently an aggregator must have
+// heard its owner for its users to be answered only as the owner's answers
+// arrive (otherwise they are answered at its rounds too, as an owner
+// answers).
+const aggUpFresh = 2
+
+// aggState is a syncer's aggregation state (part of ownerState); under
+// Syncer.mu.
+type aggState struct {
+	ring    *ownerRing // the ring capable was decided on
+	capable bool       // every member speaks protoAgg, and the ring is large enough
+	// As a user: the keys an owner told this node to aggregate.
+	hot map[[2]string]*aggUse
+	// subscribe lists keys newly told to aggregate: this node's counter of
+	// each goes to its aggregator at the next round even if it has nothing
+	// new, so that it hears the key from there (as the owner's answers
+	// told it until then) whether or not it admits more.
+	subscribe [][2]string
+	// As an aggregator: the groups it holds, by aggregate.
+	groups    map[aggKey]*aggGroup
+	lastEpoch uint64
+	// As an owner: when each key last had a group counter, and the members
+	// its ring assigns to each aggregator of a key.
+	hotAt  map[[2]string]time.Duration
+	counts map[[2]string]*aggCounts
+	// groupSubs names, per aggregate, the group entries among its
+	// contributors (they are answered as others' group counters arrive).
+	groupSubs map[aggKey]map[string]struct{}
+	// Outgoing: notices to send at the end of the round, counters to
+	// aggregators being written this round, keys whose groups changed and
+	// packets to send as soon as the lock is released.
+	notices map[string][]aggKey
+	answers map[string]*answerWriter
+	writers map[string]*packetWriter
+	fan     []aggKey
+	queued  []ownerOut
+}
+
+// aggUse is a key this node sends through an aggregator.
+type aggUse struct {
+	used    time.Duration // the last counter sent, since the syncer's birth
+	slot    int           // added to its slot: aggregators it failed over from
+	waiting uint64        // the round of the first unanswered send; 0: none
+	// base is the owner's total in its notice, until the first answer on
+	// the aggregated path starts a subscription (baseSet until then).
+	base    uint64
+	baseSet bool
+}
+
+// aggGroup is a group this node aggregates: o is its aggregate in
+// ownerState.mine, whose total holds the owner's view (up) beside the
+// group's own consumption.
+type aggGroup struct {
+	o     *ownedKey
+	epoch uint64        // names the group in its counters
+	up    uint64        // the owner's others in the owner's numbering: its first answer, then what each adds
+	upSet bool          // the owner answered once
+	acked uint64        // the group's sum the owner acknowledged
+	heard time.Duration // the last counter of a user (or of this node)
+	upAt  time.Duration // the last answer of the owner; -1: none
+	// fanAt is when its users were last answered at once; fanDue that an
+	// owner's answer came within half an interval of it, so its users are
+	// answered at this node's next round instead (at most about two
+	// answers per user per interval from the owner's news).
+	fanAt  time.Duration
+	fanDue bool
+	fwdAt  time.Duration // its group counter was last sent
+}
+
+// aggSub is, at an owner, what a contributor's entry holds for
+// aggregation: whether the contributor was told to use aggregators, and the
+// group counters it forwards as an aggregator.
+type aggSub struct {
+	switched  bool
+	epoch, hi uint64
+	heard     time.Duration // the last group counter; 0: none
+	allow     allowance
+}
+
+// aggCounts is, for a key, the members a ring assigns to each aggregator.
+type aggCounts struct {
+	ring *ownerRing
+	n    map[string]int
+}
+
+// aggFanIn is how many aggregators a key has on a ring of n members: the
+// power of two at or above √n, at least 2.
+func aggFanIn(n int) int {
+	k := 2
+	for k*k < n {
+		k *= 2
+	}
+	return k
+}
+
+// aggSlot is member name's slot among the k aggregators of the key of hash
+// kh (k a power of two).
+func aggSlot(kh uint64, name string, k int) int {
+	return int(mix64(kh^fnvAdd(fnvOffset, name)) & uint64(k-1))
+}
+
+// aggregatorAt returns slot i's aggregator of the key of hash kh: the first
+// member at or after the slot's point that is neither owner nor replica;
+// "" if every member is one of them.
+func (r *ownerRing) aggregatorAt(kh uint64, i int, owner, replica string) string {
+	if r.size() == 0 {
+		return ""
+	}
+	h := mix64(kh ^ (uint64(i)+1)*0x9e3779b97f4a7c15)
+	at, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.hash, h) })
+	for j := range len(r.points) {
+		if name := r.names[r.points[(at+j)%len(r.points)].node]; name != owner && name != replica {
+			return name
+		}
+	}
+	return ""
+}
+
+// aggregatorFor returns user's aggregator of (rule, key) on r, skip slots
+// on from its own.
+func (r *ownerRing) aggregatorFor(rule, key, user string, skip int) string {
+	owner, replica := r.owners(rule, key)
+	kh := keyHash(rule, key)
+	k := aggFanIn(r.size())
+	return r.aggregatorAt(kh, (aggSlot(kh, user, k)+skip)&(k-1), owner, replica)
+}
+
+// aggCapableLocked reports whether keys may be aggregated now: owner mode,
+// every member advertising protoAgg, at least aggMinMembers members, and
+// aggregation not turned off. Caller holds s.mu.
+func (s *Syncer) aggCapableLocked() bool {
+	if s.cfg.AggregateAbove < 0 || !s.ownerModeLocked() {
+		return false
+	}
+	s.refreshRingLocked()
+	st := &s.owner.agg
+	if st.ring != s.owner.ring {
+		st.ring = s.owner.ring
+		st.capable = st.ring.size() >= aggMinMembers
+		for name, n := range s.peers {
+			if name != s.self && n.DMax < protoAgg {
+				st.capable = false
+				break
+			}
+		}
+	}
+	return st.capable
+}
+
+// aggSendLocked sends this node's pending counter p of key k through an
+// aggregator if an owner told it to (into its own group if it aggregates
+// the key itself), repeated as a counter to the owner is (ownerRoundLocked;
+// maxAge its rounds' limit). It reports whether it took the counter; if
+// not, the caller sends it to the key's owner. Caller holds s.mu.
+func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duration, maxAge int) bool {
+	st := &s.owner.agg
+	u := st.hot[[2]string{k.rule, k.key}]
+	if u == nil || !s.aggCapableLocked() {
+		return false
+	}
+	u.used = now
+	ak := aggKey{k.rule, k.key, k.window}
+	agg := s.self
+	if g := st.groups[ak]; g == nil || g.o != s.owner.mine[ak] {
+		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
+			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
+		}
+		agg = s.owner.ring.aggregatorFor(k.rule, k.key, s.self, u.slot)
+	}
+	switch {
+	case agg == "":
+		return false
+	case agg == s.self:
+		s.aggGroupLocked(ak, now).heard = now
+		s.aggregateOwnLocked(p.c, now)
+		s.dropPendingLocked(k)
+		return true
+	}
+	if _, ok := s.peers[agg]; !ok {
+		return false
+	}
+	p.transmits--
+	if p.transmits < maxAge {
+		s.dropPendingLocked(k) // never acknowledged: its next counter carries it
+		return true
+	}
+	if p.transmits < 0 && -p.transmits%ownerBackoff != 0 {
+		return true
+	}
+	if u.waiting == 0 {
+		u.waiting = s.owner.round
+	}
+	if st.writers == nil {
+		st.writers = map[string]*packetWriter{}
+	}
+	w := st.writers[agg]
+	if w == nil {
+		w = newPacketWriter(s.self, s.cfg.PacketSize)
+		st.writers[agg] = w
+	}
+	w.add(s.self, p.c)
+	return true
+}
+
+// aggSubscribeLocked sends, for each key newly told to aggregate that has
+// no counter pending here, this node's last counter (nothing new in it) to
+// its aggregator, which then answers it as a user. Caller holds s.mu.
+func (s *Syncer) aggSubscribeLocked(now time.Duration) {
+	st := &s.owner.agg
+	bounded, ok := s.ledger.(BoundedLedger)
+	if !ok || len(st.subscribe) == 0 {
+		st.subscribe = st.subscribe[:0]
+		return
+	}
+	for _, k := range st.subscribe {
+		u := st.hot[k]
+		if u == nil {
+			continue
+		}
+		_, own := bounded.Balance(k[0], k[1])
+		if own.Epoch == 0 {
+			continue // nothing consumed here: nothing to hear until it is
+		}
+		if _, pending := s.pending[pendingKey{counterKey{s.self, k[0], k[1]}, own.Window, own.Epoch}]; pending {
+			continue // sent at this round anyway
+		}
+		agg := s.owner.ring.aggregatorFor(k[0], k[1], s.self, u.slot)
+		if agg == "" || agg == s.self {
+			continue
+		}
+		if _, ok := s.peers[agg]; !ok {
+			continue
+		}
+		if st.writers == nil {
+			st.writers = map[string]*packetWriter{}
+		}
+		w := st.writers[agg]
+		if w == nil {
+			w = newPacketWriter(s.self, s.cfg.PacketSize)
+			st.writers[agg] = w
+		}
+		w.add(s.self, Counter{Rule: k[0], Key: k[1], Epoch: own.Epoch, Window: own.Window, Prev: own.Used, Used: own.Used})
+		u.used = now
+	}
+	st.subscribe = st.subscribe[:0]
+}
+
+// aggGroupLocked returns the group this node aggregates of k, making it
+// (and its aggregate, anew) if need be. Caller holds s.mu.
+func (s *Syncer) aggGroupLocked(k aggKey, now time.Duration) *aggGroup {
+	st := &s.owner.agg
+	if g := st.groups[k]; g != nil && g.o != nil && g.o == s.owner.mine[k] {
+		return g
+	}
+	// An aggregate held here before (as the key's owner or replica, before
+	// the ring changed) is not the group's: its contributors resend what it
+	// had not acknowledged to their new owner or aggregator.
+	if o := s.owner.mine[k]; o != nil {
+		s.owner.subs -= len(o.subs)
+		delete(s.owner.mine, k)
+	}
+	o := s.aggregateFor(k)
+	// Not a fresh aggregate: its total holds the owner's view, so a new
+	// user is told the key's debt, not the whole total (newcomerPrevLocked).
+	o.born = s.sinceBorn() - (freshAggregate+1)*s.cfg.GossipInterval
+	st.lastEpoch = max(st.lastEpoch+1, uint64(max(0, s.clock().UnixNano())))
+	g := &aggGroup{o: o, epoch: st.lastEpoch, heard: now, upAt: -1}
+	if st.groups == nil {
+		st.groups = map[aggKey]*aggGroup{}
+	}
+	if len(st.groups) >= s.cfg.MaxSeen {
+		for victim := range st.groups {
+			delete(st.groups, victim)
+			break
+		}
+	}
+	st.groups[k] = g
+	return g
+}
+
+// aggOthersLocked is answersLocked's say on contributor name of aggregate
+// k (o) at this round: what to tell it instead of others, or skip. An
+// aggregator's entry is answered here, with its group counter's
+// acknowledgement (and as its group counters arrive); at an aggregator
+// whose owner answers, users are answered as those answers arrive (at
+// rounds only to acknowledge their counters); on a key that has as many users as Config.AggregateAbove
+// a user is told to use aggregators (once, and again while it sends here)
+// and is no longer told more here. Caller holds s.mu.
+func (s *Syncer) aggOthersLocked(k aggKey, o *ownedKey, name string, sub *ownerSub, others uint64, now time.Duration) (uint64, bool) {
+	st := &s.owner.agg
+	if a := sub.agg; a != nil && a.heard != 0 && now-a.heard <= s.activeTTL() {
+		if st.answers == nil {
+			st.answers = map[string]*answerWriter{}
+		}
+		s.answerSubLocked(k, o, name, sub, now, uint64(max(0, s.clock().UnixNano())), st.answers)
+		return others, true
+	}
+	if g := st.groups[k]; g != nil && g.o == o {
+		// Users are told nothing before the owner's first answer sets the
+		// group's numbering (its users' totals are the owner's).
+		return others, !g.upSet || (!sub.needAck && !g.fanDue && now-sub.heard <= s.activeTTL() && now-g.upAt <= aggUpFresh*s.cfg.GossipInterval)
+	}
+	if g := o.subs[aggGroupPrefix+name]; g != nil && g.agg != nil && now-g.agg.heard <= s.activeTTL() {
+		// An aggregator hears the key through its group's answers: its own
+		// counters (sent before it heard it aggregates) are only
+		// acknowledged.
+		return sub.sent, false
+	}
+	if name == s.self || !s.aggHotLocked(k, o, now) {
+		return others, false
+	}
+	if sub.agg == nil {
+		sub.agg = &aggSub{}
+	}
+	told := others
+	if sub.agg.switched {
+		told = sub.sent // what it hears is its aggregator's now
+	}
+	if !sub.agg.switched || sub.needAck {
+		sub.agg.switched = true
+		s.aggNoticeLocked(name, k)
+	}
+	return told, false
+}
+
+// aggHotLocked reports whether this node, as the owner of aggregate k (o),
+// has its users aggregate: as many users as Config.AggregateAbove, or a
+// group counter within subTTL. Caller holds s.mu.
+func (s *Syncer) aggHotLocked(k aggKey, o *ownedKey, now time.Duration) bool {
+	if !s.aggCapableLocked() {
+		return false
+	}
+	if len(o.subs) >= s.cfg.AggregateAbove {
+		return true
+	}
+	at, ok := s.owner.agg.hotAt[[2]string{k.rule, k.key}]
+	return ok && now-at <= s.subTTL()
+}
+
+// aggNoticeLocked queues a notice to user that k's key goes through
+// aggregators. Caller holds s.mu.
+func (s *Syncer) aggNoticeLocked(user string, k aggKey) {
+	st := &s.owner.agg
+	if st.notices == nil {
+		st.notices = map[string][]aggKey{}
+	}
+	if len(st.notices[user]) < maxNoticeEntries {
+		st.notices[user] = append(st.notices[user], k)
+	}
+}
+
+// aggNoticesLocked writes the queued notices, each with the owner's total
+// as its user was told it: what it was last answered, plus its own
+// consumption counted here (an answer the budget held back is not in it:
+// the user's first answer from its aggregator charges that too). Caller
+// holds s.mu.
+func (s *Syncer) aggNoticesLocked(at uint64, add func(string, [][]byte, []int)) {
+	st := &s.owner.agg
+	for user, keys := range st.notices {
+		w := &noticeWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
+		for _, k := range keys {
+			if o := s.owner.mine[k]; o != nil {
+				if sub := o.subs[user]; sub != nil {
+					w.add(k.rule, k.key, sub.sent+sub.contrib)
+				}
+			}
+		}
+		add(user, w.packets(), nil)
+	}
+	clear(st.notices)
+}
+
+// aggRoundLocked ends an owner-mode round: the counters written to
+// aggregators, the group counters of the groups this node aggregates (to
+// their owners), and the notices queued; and forgets what has been idle
+// for subTTL. Caller holds s.mu.
+func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
+	st := &s.owner.agg
+	s.aggSubscribeLocked(now)
+	for _, g := range st.groups {
+		if g.fanDue {
+			g.fanDue, g.fanAt = false, now // answered by this round's answersLocked
+		}
+	}
+	var out []ownerOut
+	add := func(name string, packets [][]byte, counts []int) {
+		if n, ok := s.peers[name]; ok && len(packets) > 0 {
+			if counts == nil {
+				counts = make([]int, len(packets))
+			}
+			out = append(out, ownerOut{to: n, packets: packets, counts: counts})
+		}
+	}
+	for name, w := range st.writers {
+		packets, counts := w.packets()
+		for i := range packets {
+			packets[i] = toAggPacket(packets[i], at, msgAggUsers)
+		}
+		add(name, packets, counts)
+	}
+	clear(st.writers)
+	groups := map[string]*packetWriter{}
+	for k, g := range st.groups {
+		owner, replica := s.owner.ring.owners(k.rule, k.key)
+		switch {
+		case g.o != s.owner.mine[k]:
+			delete(st.groups, k)
+			continue
+		case owner == s.self || replica == s.self || now-g.heard > s.subTTL():
+			// This node owns the key now (a new aggregate, which its users'
+			// resent counters fill, as with any new owner), or the group is
+			// idle: its aggregate, which holds the owner's view, goes too.
+			s.owner.subs -= len(g.o.subs)
+			delete(s.owner.mine, k)
+			delete(st.groups, k)
+			continue
+		}
+		to, c, ok := s.groupCounterLocked(k, g, now)
+		if !ok {
+			continue
+		}
+		w := groups[to]
+		if w == nil {
+			w = newPacketWriter(s.self, s.cfg.PacketSize)
+			groups[to] = w
+		}
+		w.add(s.self, c)
+	}
+	for name, w := range groups {
+		packets, counts := w.packets()
+		for i := range packets {
+			packets[i] = toAggPacket(packets[i], at, msgAggGroup)
+		}
+		add(name, packets, counts)
+	}
+	s.aggNoticesLocked(at, add)
+	for name, w := range st.answers {
+		add(name, w.packets(), nil)
+	}
+	clear(st.answers)
+	for k, u := range st.hot {
+		if now-u.used > s.subTTL() {
+			delete(st.hot, k)
+		}
+	}
+	for k, t := range st.hotAt {
+		if now-t > s.subTTL() {
+			delete(st.hotAt, k)
+		}
+	}
+	for k, c := range st.counts {
+		if c.ring != s.owner.ring {
+			delete(st.counts, k)
+		}
+	}
+	return out
+}
+
+// groupCounterLocked returns group g's counter and where it goes, if it is
+// due: the group is active, and the owner has not acknowledged all of it
+// (or never answered). Caller holds s.mu.
+func (s *Syncer) groupCounterLocked(k aggKey, g *aggGroup, now time.Duration) (string, Counter, bool) {
+	if now-g.heard > s.activeTTL() {
+		return "", Counter{}, false
+	}
+	sum := g.o.total - min(g.o.total, g.up)
+	if sum == g.acked && g.upSet {
+		return "", Counter{}, false // the owner has it all; its answers come as others change
+	}
+	to := s.ownerForLocked(k.rule, k.key)
+	if to == "" || to == s.self {
+		return "", Counter{}, false
+	}
+	g.fwdAt = now
+	return to, Counter{Rule: k.rule, Key: k.key, Window: k.window, Epoch: g.epoch, Prev: min(g.acked, sum), Used: sum}, true
+}
+
+// aggForwardLocked sends at once, rather than at this node's next round,
+// the counters of the groups among keys that were not sent in the last
+// half interval. Caller holds s.mu.
+func (s *Syncer) aggForwardLocked(keys []aggKey, now time.Duration) {
+	st := &s.owner.agg
+	at := uint64(max(0, s.clock().UnixNano()))
+	writers := map[string]*packetWriter{}
+	for _, k := range keys {
+		g := st.groups[k]
+		if g == nil || g.o != s.owner.mine[k] || now-g.fwdAt < s.cfg.GossipInterval/2 {
+			continue
+		}
+		to, c, ok := s.groupCounterLocked(k, g, now)
+		if !ok {
+			continue
+		}
+		w := writers[to]
+		if w == nil {
+			w = newPacketWriter(s.self, s.cfg.PacketSize)
+			writers[to] = w
+		}
+		w.add(s.self, c)
+	}
+	for name, w := range writers {
+		if n, ok := s.peers[name]; ok {
+			packets, counts := w.packets()
+			for i := range packets {
+				packets[i] = toAggPacket(packets[i], at, msgAggGroup)
+			}
+			st.queued = append(st.queued, ownerOut{to: n, packets: packets, counts: counts})
+		}
+	}
+}
+
+// aggAcceptLocked reports whether sender is this node's aggregator of
+// (rule, key) in window, whose answers it takes (and notes that its aggregator
+// answered). Caller holds s.mu.
+func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string) bool {
+	u := s.owner.agg.hot[[2]string{rule, key}]
+	if u == nil || sender == s.self || !s.aggCapableLocked() {
+		return false
+	}
+	k := aggKey{rule, key, window}
+	if g := s.owner.agg.groups[k]; g != nil && g.o == s.owner.mine[k] {
+		return false // this node is its own aggregator of the key now
+	}
+	if s.owner.ring.aggregatorFor(rule, key, s.self, u.slot) != sender {
+		return false
+	}
+	u.waiting = 0
+	return true
+}
+
+// aggFirstLocked adjusts an answer on the aggregated path (an
+// aggregator's, or the owner's to this node's group) that starts a
+// subscription here. A node that an owner told to aggregate charges what
+// lies above the owner's total in the notice: both count in the owner's
+// numbering, so the switch is exact. Any other (a second aggregator after
+// a failover, or a node new to the key): the sender told it the key's debt
+// as it sees it (others − prev), and a node that already held the key
+// charges only what that debt exceeds its own. Caller holds s.mu.
+func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ownerAnswer {
+	k := aggKey{a.rule, a.key, a.window}
+	if fromOwner {
+		if g := s.owner.agg.groups[k]; g == nil || g.o != s.owner.mine[k] || a.ackEpoch != g.epoch {
+			return a // an answer to this node's own counters
+		}
+	}
+	if h := s.owner.heard[k]; h != nil {
+		for _, sl := range h.slots {
+			if sl.owner == sender && sl.gen == a.gen {
+				return a
+			}
+		}
+	}
+	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
+	if fromOwner {
+		// The owner's first answer to this node's group starts from what it
+		// was told as a user (groupCountLocked): exact.
+		if u != nil {
+			u.baseSet = false
+		}
+		return a
+	}
+	if u != nil && u.baseSet {
+		u.baseSet = false
+		a.prev = min(a.others, max(a.prev, u.base))
+		return a
+	}
+	bounded, ok := s.ledger.(BoundedLedger)
+	if !ok {
+		return a
+	}
+	al, ok := bounded.Allowance(a.rule, a.key)
+	if !ok {
+		return a
+	}
+	balance, _ := bounded.Balance(a.rule, a.key)
+	own := max(0, al.Burst-al.Soft-balance)
+	told := a.others - a.prev
+	a.prev = a.others - (told - min(told, uint64(own)))
+	return a
+}
+
+// aggHeardLocked takes an owner's answer at an aggregator: what it adds
+// (tokens, charged here already) joins the group's total, its ack the
+// group's, and the group's users are answered as soon as the lock is let
+// go. Caller holds s.mu.
+func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration) {
+	k := aggKey{a.rule, a.key, a.window}
+	g := s.owner.agg.groups[k]
+	if g == nil || g.o != s.owner.mine[k] || a.ackEpoch != g.epoch {
+		return // not an answer to the group's counter (its own consumption's, perhaps)
+	}
+	g.acked = max(g.acked, a.ackUsed)
+	g.upAt = now
+	if !g.upSet {
+		// The group's numbering is the owner's: its users' totals continue
+		// those the owner told them.
+		g.upSet, g.up, g.o.total = true, a.others, g.o.total+a.others
+	} else {
+		g.up += tokens
+		g.o.total += tokens
+	}
+	if now-g.fanAt < s.cfg.GossipInterval {
+		g.fanDue = true
+		return
+	}
+	g.fanAt = now
+	s.owner.agg.fan = append(s.owner.agg.fan, k)
+}
+
+// aggTakeQueued returns what must be sent at once: the answers of groups
+// whose owner answered, and the owner's answers to group counters.
+func (s *Syncer) aggTakeQueued() []ownerOut {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.owner.agg
+	if len(st.fan) == 0 && len(st.queued) == 0 {
+		return nil
+	}
+	now := s.sinceBorn()
+	at := uint64(max(0, s.clock().UnixNano()))
+	writers := map[string]*answerWriter{}
+	for _, k := range st.fan {
+		g := st.groups[k]
+		if g == nil || g.o != s.owner.mine[k] {
+			continue
+		}
+		for name, sub := range g.o.subs {
+			if now-sub.heard <= s.activeTTL() {
+				s.answerSubLocked(k, g.o, name, sub, now, at, writers)
+			}
+		}
+	}
+	st.fan = st.fan[:0]
+	out := st.queued
+	st.queued = nil
+	for name, w := range writers {
+		if n, ok := s.peers[name]; ok {
+			packets := w.packets()
+			out = append(out, ownerOut{to: n, packets: packets, counts: make([]int, len(packets))})
+		}
+	}
+	return out
+}
+
+// answerSubLocked writes the answer of aggregate k (o) to contributor name
+// (sub) if its view is behind or its counter awaits an acknowledgement.
+// Caller holds s.mu.
+func (s *Syncer) answerSubLocked(k aggKey, o *ownedKey, name string, sub *ownerSub, now time.Duration, at uint64, writers map[string]*answerWriter) {
+	{
+		if name == s.self {
+			return
+		}
+		others := o.total - min(o.total, sub.contrib)
+		if others == sub.sent && !sub.needAck {
+			return
+		}
+		ackEpoch, ackUsed := sub.epoch, sub.hi
+		if a := sub.agg; a != nil && a.heard != 0 && now-a.heard <= s.activeTTL() {
+			ackEpoch, ackUsed = a.epoch, a.hi
+		}
+		to := strings.TrimPrefix(name, aggGroupPrefix)
+		w := writers[to]
+		if w == nil {
+			w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
+			writers[to] = w
+		}
+		w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: min(sub.sent, others),
+			others: others, ackEpoch: ackEpoch, ackUsed: ackUsed})
+		sub.sent, sub.needAck, sub.answered = others, false, now
+		s.ownerSent.Add(1)
+	}
+}
+
+// receiveAgg applies an aggregation message: a user's counters to this
+// node as its aggregator, an aggregator's group counters to this node as
+// the owner, or an owner's notice.
+func (s *Syncer) receiveAgg(kind uint64, b []byte) {
+	if t := s.transport; t != nil && t.senders != nil && !t.senders.vouch.take(b) {
+		s.tstats.countPacket(PacketRefusedUnchecked)
+		s.badLog.warn(s.log, s.clock(), "refused an aggregation message the transport did not check (not from a packet)", "bytes", len(b))
+		return
+	}
+	if !s.ownerMode() {
+		s.stats.IgnoredPackets.Add(1)
+		return
+	}
+	var charges []charge
+	var err error
+	switch kind {
+	case msgAggUsers:
+		charges, err = s.receiveAggUsers(b)
+	case msgAggGroup:
+		charges, err = s.receiveAggGroup(b)
+	default:
+		err = s.receiveNotice(b)
+	}
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.badLog.warn(s.log, s.clock(), "dropped a gossip packet", "bytes", len(b), "error", err)
+		return
+	}
+	s.charge(charges)
+	s.sendOwner(s.aggTakeQueued())
+}
+
+// receiveAggUsers counts users' counters into the groups this node
+// aggregates (or, for a key it owns or replicates, into its aggregate, as
+// kind 4), and returns what to charge here.
+func (s *Syncer) receiveAggUsers(b []byte) ([]charge, error) {
+	q, err := asCounters(b, msgAggUsers)
+	if err != nil {
+		return nil, err
+	}
+	now := s.sinceBorn()
+	var sender string
+	check := func(from string, _ uint64, stamped bool) error {
+		sender = from
+		if !stamped {
+			return errUnstamped
+		}
+		if !s.memberLocked(from) {
+			return fmt.Errorf("sender %.64q is no member", from)
+		}
+		return nil
+	}
+	var keys []aggKey
+	s.mu.Lock()
+	s.refreshRingLocked()
+	_, err = decodeCountersChecked(q, check, func(origin string, c Counter) {
+		if origin != sender || origin == s.self {
+			return
+		}
+		owner, replica := s.owner.ring.owners(c.Rule, c.Key)
+		if owner != s.self && replica != s.self {
+			k := aggKey{c.Rule, c.Key, c.Window}
+			s.aggGroupLocked(k, now).heard = now
+			keys = append(keys, k)
+		}
+	})
+	s.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("aggregation counters: %w", err)
+	}
+	q[1] = msgOwnerCounters
+	charges, err := s.receiveOwnerCounters(q)
+	if len(keys) > 0 {
+		s.mu.Lock()
+		s.aggForwardLocked(keys, s.sinceBorn())
+		s.mu.Unlock()
+	}
+	return charges, err
+}
+
+// receiveAggGroup counts aggregators' group counters into this node's
+// aggregates and queues their answers; it returns what to charge here.
+func (s *Syncer) receiveAggGroup(b []byte) ([]charge, error) {
+	bounded, _ := s.ledger.(BoundedLedger)
+	now := s.sinceBorn()
+	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	var sender string
+	var sentAt uint64
+	check := func(from string, at uint64, stamped bool) error {
+		sender, sentAt = from, at
+		if !stamped {
+			return errUnstamped
+		}
+		if !s.memberLocked(from) {
+			return fmt.Errorf("sender %.64q is no member", from)
+		}
+		return s.checkStampLocked(from, at, stamped)
+	}
+	var charges []charge
+	writers := map[string]*answerWriter{}
+	foreign := 0
+	s.mu.Lock()
+	s.refreshRingLocked()
+	_, err := decodeAggCounters(b, msgAggGroup, check, func(origin string, c Counter) {
+		if origin != sender || origin == s.self {
+			foreign++
+			return
+		}
+		if s.staleLocked(c) {
+			return
+		}
+		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		if !ok {
+			return
+		}
+		tokens, k, ok := s.groupCountLocked(bounded != nil, a, origin, c, s.originTimeLocked(origin, sentAt, nowNanos), now)
+		if !ok {
+			return
+		}
+		if tokens > 0 {
+			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
+		}
+		s.answerGroupsLocked(k, aggGroupPrefix+origin, now, nowNanos, writers)
+	})
+	for name, w := range writers {
+		if n, ok := s.peers[name]; ok {
+			packets := w.packets()
+			s.owner.agg.queued = append(s.owner.agg.queued, ownerOut{to: n, packets: packets, counts: make([]int, len(packets))})
+		}
+	}
+	s.mu.Unlock()
+	if foreign > 0 {
+		s.tstats.countPacket(PacketRefusedOrigin)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("aggregation group: %w", err)
+	}
+	return charges, nil
+}
+
+// answerGroupsLocked answers, on a group counter of aggregate k from
+// group entry from, that group, and every other active group whose view
+// is behind and that was not answered in the last half interval (so that
+// news reaches every group without waiting for this node's round: at most
+// about two answers per group per interval). Caller holds s.mu.
+func (s *Syncer) answerGroupsLocked(k aggKey, from string, now time.Duration, at uint64, writers map[string]*answerWriter) {
+	o := s.owner.mine[k]
+	if o == nil {
+		return
+	}
+	if sub := o.subs[from]; sub != nil {
+		s.answerSubLocked(k, o, from, sub, now, at, writers)
+	}
+	for name := range s.owner.agg.groupSubs[k] {
+		sub := o.subs[name]
+		switch {
+		case sub == nil || sub.agg == nil:
+			delete(s.owner.agg.groupSubs[k], name)
+		case name != from && now-sub.agg.heard <= s.activeTTL() && now-sub.answered >= s.cfg.GossipInterval:
+			s.answerSubLocked(k, o, name, sub, now, at, writers)
+		}
+	}
+}
+
+// groupCountLocked counts an aggregator's group counter into the key's
+// aggregate: what lies above both the highest counted of the group and the
+// counter's prev, within the allowance of the members this node's ring
+// assigns to the aggregator (2n+2 origins). It returns the tokens counted
+// and the aggregate, or false when the counter is refused (this node
+// neither owns nor replicates the key, or its ring gives the sender no
+// users of it). Caller holds s.mu.
+func (s *Syncer) groupCountLocked(bounded bool, a Allowance, origin string, c Counter, at, now time.Duration) (uint64, aggKey, bool) {
+	k := aggKey{c.Rule, c.Key, c.Window}
+	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
+	if owner != s.self && replica != s.self {
+		return 0, k, false
+	}
+	users := s.aggUsersLocked(c.Rule, c.Key, origin)
+	if users == 0 {
+		s.suspectLocked(origin, c, "a group counter from a member that is no aggregator of the key", c.Used, 0)
+		return 0, k, false
+	}
+	o := s.aggregateFor(k)
+	_, existed := o.subs[aggGroupPrefix+origin]
+	sub := s.subFor(o, aggGroupPrefix+origin, Counter{Rule: c.Rule, Key: c.Key, Window: c.Window})
+	if sub == nil {
+		return 0, k, false
+	}
+	if direct := o.subs[origin]; !existed && direct != nil {
+		// The aggregator used the key itself: it has heard this aggregate's
+		// total up to what it was told plus its own consumption. Its group
+		// continues from there, and it is told no more as a user.
+		sub.sent = min(o.total, direct.sent+direct.contrib)
+		if direct.agg == nil {
+			direct.agg = &aggSub{}
+		}
+		if !direct.agg.switched {
+			direct.agg.switched = true
+			s.aggNoticeLocked(origin, k)
+		}
+	}
+	if sub.agg == nil {
+		sub.agg = &aggSub{}
+		st := &s.owner.agg
+		if st.groupSubs == nil {
+			st.groupSubs = map[aggKey]map[string]struct{}{}
+		}
+		if st.groupSubs[k] == nil && len(st.groupSubs) < s.cfg.MaxSeen {
+			st.groupSubs[k] = map[string]struct{}{}
+		}
+		if m := st.groupSubs[k]; m != nil {
+			m[aggGroupPrefix+origin] = struct{}{}
+		}
+	}
+	g := sub.agg
+	if s.owner.agg.hotAt == nil {
+		s.owner.agg.hotAt = map[[2]string]time.Duration{}
+	}
+	if hk := [2]string{c.Rule, c.Key}; len(s.owner.agg.hotAt) < s.cfg.MaxSeen {
+		s.owner.agg.hotAt[hk] = now
+	}
+	sub.heard, o.heard, g.heard, sub.needAck = now, now, now, true
+	switch {
+	case c.Epoch < g.epoch:
+		return 0, k, true // a late counter of a group left behind
+	case c.Epoch > g.epoch:
+		g.epoch, g.hi = c.Epoch, c.Prev
+		g.allow.newEpoch = true
+	}
+	base := max(g.hi, c.Prev)
+	g.hi = max(g.hi, c.Used)
+	if c.Used <= base {
+		return 0, k, true
+	}
+	tokens := c.Used - base
+	if bounded {
+		n := float64(2*users + 2)
+		scaled := Allowance{Burst: a.Burst * n, PerSecond: a.PerSecond * n, Soft: a.Soft * n}
+		give := g.allow.take(scaled, tokens, at, s.awayLocked(origin, at))
+		if give < tokens {
+			s.suspectLocked(origin, c, "a group counter beyond what its users could have admitted", tokens, give)
+		}
+		tokens = give
+	}
+	sub.contrib += tokens
+	o.total += tokens
+	o.dirty = o.dirty || tokens > 0
+	return tokens, k, true
+}
+
+// aggUsersLocked is how many members this node's ring assigns to
+// aggregator name for (rule, key) (0: it is none of the key's
+// aggregators). Caller holds s.mu.
+func (s *Syncer) aggUsersLocked(rule, key, name string) int {
+	st := &s.owner.agg
+	hk := [2]string{rule, key}
+	c := st.counts[hk]
+	if c == nil || c.ring != s.owner.ring {
+		r := s.owner.ring
+		owner, replica := r.owners(rule, key)
+		kh := keyHash(rule, key)
+		k := aggFanIn(r.size())
+		aggs := make([]string, k)
+		for i := range aggs {
+			aggs[i] = r.aggregatorAt(kh, i, owner, replica)
+		}
+		c = &aggCounts{ring: r, n: map[string]int{}}
+		for _, m := range r.names {
+			if m != owner && m != replica {
+				c.n[aggs[aggSlot(kh, m, k)]]++
+			}
+		}
+		if st.counts == nil {
+			st.counts = map[[2]string]*aggCounts{}
+		}
+		if len(st.counts) >= s.cfg.MaxSeen {
+			clear(st.counts)
+		}
+		st.counts[hk] = c
+	}
+	return c.n[name]
+}
+
+// receiveNotice takes an owner's notice: the keys it lists go through
+// aggregators from this node's next round.
+func (s *Syncer) receiveNotice(b []byte) error {
+	sender, sentAt, keys, err := decodeNotice(b)
+	if err != nil {
+		return err
+	}
+	now := s.sinceBorn()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkStampLocked(sender, sentAt, true); err != nil {
+		return fmt.Errorf("aggregation notice from %.64q: %w", sender, err)
+	}
+	if !s.aggCapableLocked() {
+		return nil
+	}
+	st := &s.owner.agg
+	for _, n := range keys {
+		owner, replica := s.owner.ring.owners(n.rule, n.key)
+		if sender != owner && sender != replica {
+			s.ownerRefused.Add(1)
+			continue
+		}
+		if st.hot == nil {
+			st.hot = map[[2]string]*aggUse{}
+		}
+		k := [2]string{n.rule, n.key}
+		u := st.hot[k]
+		if u == nil && len(st.hot) < s.cfg.MaxSeen {
+			u = &aggUse{used: now, baseSet: true}
+			st.hot[k] = u
+		}
+		if g := st.groups[aggKey{n.rule, n.key, 0}]; g != nil && g.upSet {
+			continue // its group's numbering is the owner's already
+		}
+		if u != nil && u.baseSet {
+			u.base = n.total
+			if len(st.subscribe) < s.cfg.MaxSeen {
+				st.subscribe = append(st.subscribe, k)
+			}
+		}
+	}
+	return nil
+}
