@@ -102,7 +102,10 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}
-	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 3} // 3: speaks owner mode and aggregation (gossip's protoAgg)
+	n.self = memberlist.Node{Name: n.name, Port: uint16(i), DMax: 1}
+	if s.cfg.GossipMode == "owner" {
+		n.self.DMax = 3 // aggregates before the owner (gossip's protoAgg); auto mode keeps relaying as before
+	}
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
 		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, AggregateAbove: s.cfg.AggregateAbove, Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
