@@ -56,6 +56,9 @@ import (
 //   - Memory: the aggregates' contributors and the answers heard are capped
 //     by MaxSeen each, and forgotten after SeenTTL without traffic.
 //
+// A key that many nodes use goes through aggregators before its owner
+// (owneragg.go): its owner then hears from and answers about √N of them.
+//
 // Mode choice (Config.GossipMode): "direct" sends to every member, "relay"
 // to a few that relay, "owner" as above; "auto" (the default) is direct up
 // to FanoutLimit members and owner beyond when every member speaks it

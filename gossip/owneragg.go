@@ -79,6 +79,10 @@ const aggMinMembers = 8
 // unanswered before it moves to the next slot's aggregator.
 const aggFailover = 8
 
+// aggSubscribeEvery is, in gossip intervals, how often a node resends the
+// counter that subscribes it to its aggregator until it is answered.
+const aggSubscribeEvery = 4
+
 // aggUpFresh is, in gossip intervals, how recently an aggregator must have
 // heard its owner for its users to be answered only as the owner's answers
 // arrive (otherwise they are answered at its rounds too, as an owner
@@ -92,11 +96,6 @@ type aggState struct {
 	capable bool       // every member speaks protoAgg, and the ring is large enough
 	// As a user: the keys an owner told this node to aggregate.
 	hot map[[2]string]*aggUse
-	// subscribe lists keys newly told to aggregate: this node's counter of
-	// each goes to its aggregator at the next round even if it has nothing
-	// new, so that it hears the key from there (as the owner's answers
-	// told it until then) whether or not it admits more.
-	subscribe [][2]string
 	// As an aggregator: the groups it holds, by aggregate.
 	groups    map[aggKey]*aggGroup
 	lastEpoch uint64
@@ -126,6 +125,11 @@ type aggUse struct {
 	// the aggregated path starts a subscription (baseSet until then).
 	base    uint64
 	baseSet bool
+	// heardFrom is the aggregator that last answered; subAt when this node
+	// last sent it a counter with nothing new to subscribe (see
+	// aggSubscribeLocked).
+	heardFrom string
+	subAt     time.Duration
 }
 
 // aggGroup is a group this node aggregates: o is its aggregate in
@@ -283,21 +287,30 @@ func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duratio
 	return true
 }
 
-// aggSubscribeLocked sends, for each key newly told to aggregate that has
-// no counter pending here, this node's last counter (nothing new in it) to
-// its aggregator, which then answers it as a user. Caller holds s.mu.
+// aggSubscribeLocked sends, for each key this node was told to aggregate
+// whose aggregator has not answered it yet (a new key, a failover, a ring
+// change) and that has no counter pending here, its last counter (nothing
+// new in it) to the aggregator, every aggSubscribeEvery intervals until
+// answered: it then hears the key from there (as the owner's answers told
+// it until then) whether or not it admits more. Caller holds s.mu.
 func (s *Syncer) aggSubscribeLocked(now time.Duration) {
 	st := &s.owner.agg
 	bounded, ok := s.ledger.(BoundedLedger)
-	if !ok || len(st.subscribe) == 0 {
-		st.subscribe = st.subscribe[:0]
+	if !ok || len(st.hot) == 0 || !s.aggCapableLocked() {
 		return
 	}
-	for _, k := range st.subscribe {
-		u := st.hot[k]
-		if u == nil {
+	for k, u := range st.hot {
+		if now-u.used > s.activeTTL() || now-u.subAt < aggSubscribeEvery*s.cfg.GossipInterval {
+			continue // not in use lately (it subscribes when it uses the key), or just sent
+		}
+		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
+			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
+		}
+		agg := s.owner.ring.aggregatorFor(k[0], k[1], s.self, u.slot)
+		if agg == u.heardFrom && agg != "" {
 			continue
 		}
+		u.subAt = now
 		_, own := bounded.Balance(k[0], k[1])
 		if own.Epoch == 0 {
 			continue // nothing consumed here: nothing to hear until it is
@@ -305,8 +318,15 @@ func (s *Syncer) aggSubscribeLocked(now time.Duration) {
 		if _, pending := s.pending[pendingKey{counterKey{s.self, k[0], k[1]}, own.Window, own.Epoch}]; pending {
 			continue // sent at this round anyway
 		}
-		agg := s.owner.ring.aggregatorFor(k[0], k[1], s.self, u.slot)
-		if agg == "" || agg == s.self {
+		if g := st.groups[aggKey{k[0], k[1], own.Window}]; g != nil && g.o == s.owner.mine[aggKey{k[0], k[1], own.Window}] {
+			continue // it hears the key through its own group
+		}
+		if agg == s.self {
+			s.aggGroupLocked(aggKey{k[0], k[1], own.Window}, now).heard = now // it hears the key through its own group
+			u.heardFrom = s.self
+			continue
+		}
+		if agg == "" {
 			continue
 		}
 		if _, ok := s.peers[agg]; !ok {
@@ -321,9 +341,10 @@ func (s *Syncer) aggSubscribeLocked(now time.Duration) {
 			st.writers[agg] = w
 		}
 		w.add(s.self, Counter{Rule: k[0], Key: k[1], Epoch: own.Epoch, Window: own.Window, Prev: own.Used, Used: own.Used})
-		u.used = now
+		if u.waiting == 0 {
+			u.waiting = s.owner.round // unanswered, it moves to the next slot (aggSendLocked)
+		}
 	}
-	st.subscribe = st.subscribe[:0]
 }
 
 // aggGroupLocked returns the group this node aggregates of k, making it
@@ -376,16 +397,21 @@ func (s *Syncer) aggOthersLocked(k aggKey, o *ownedKey, name string, sub *ownerS
 		s.answerSubLocked(k, o, name, sub, now, uint64(max(0, s.clock().UnixNano())), st.answers)
 		return others, true
 	}
+	if sub.agg != nil && strings.HasPrefix(name, aggGroupPrefix) {
+		return others, true // an idle group: told when it sends again
+	}
 	if g := st.groups[k]; g != nil && g.o == o {
 		// Users are told nothing before the owner's first answer sets the
 		// group's numbering (its users' totals are the owner's).
 		return others, !g.upSet || (!sub.needAck && !g.fanDue && now-sub.heard <= s.activeTTL() && now-g.upAt <= aggUpFresh*s.cfg.GossipInterval)
 	}
-	if g := o.subs[aggGroupPrefix+name]; g != nil && g.agg != nil && now-g.agg.heard <= s.activeTTL() {
-		// An aggregator hears the key through its group's answers: its own
-		// counters (sent before it heard it aggregates) are only
-		// acknowledged.
-		return sub.sent, false
+	if len(st.groupSubs[k]) > 0 {
+		if g := o.subs[aggGroupPrefix+name]; g != nil && g.agg != nil && now-g.agg.heard <= s.activeTTL() {
+			// An aggregator hears the key through its group's answers: its
+			// own counters (sent before it heard it aggregates) are only
+			// acknowledged.
+			return sub.sent, false
+		}
 	}
 	if name == s.self || !s.aggHotLocked(k, o, now) {
 		return others, false
@@ -481,16 +507,21 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 	}
 	clear(st.writers)
 	groups := map[string]*packetWriter{}
+	capable := s.aggCapableLocked()
 	for k, g := range st.groups {
 		owner, replica := s.owner.ring.owners(k.rule, k.key)
 		switch {
 		case g.o != s.owner.mine[k]:
 			delete(st.groups, k)
 			continue
-		case owner == s.self || replica == s.self || now-g.heard > s.subTTL():
+		case owner == s.self || replica == s.self || now-g.heard > s.subTTL() || !capable:
 			// This node owns the key now (a new aggregate, which its users'
 			// resent counters fill, as with any new owner), or the group is
-			// idle: its aggregate, which holds the owner's view, goes too.
+			// idle, or a member that does not aggregate joined (users go to
+			// owners again; what the group had not forwarded is not counted
+			// there: the cluster admits more, by at most an interval of the
+			// group's users): its aggregate, which holds the owner's view,
+			// goes too.
 			s.owner.subs -= len(g.o.subs)
 			delete(s.owner.mine, k)
 			delete(st.groups, k)
@@ -534,18 +565,27 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 			delete(st.counts, k)
 		}
 	}
+	for k := range st.groupSubs {
+		if s.owner.mine[k] == nil {
+			delete(st.groupSubs, k)
+		}
+	}
 	return out
 }
 
 // groupCounterLocked returns group g's counter and where it goes, if it is
-// due: the group is active, and the owner has not acknowledged all of it
-// (or never answered). Caller holds s.mu.
+// due: the group is active and the owner has not acknowledged all of it
+// (or never answered); or the group is idle (its users sent nothing for
+// activeTTL: refused, or done) and was not sent for ownerIdlePush, until
+// subTTL: the owner's answer to it refreshes what its idle users are told
+// once a second, as an owner tells its idle users. Caller holds s.mu.
 func (s *Syncer) groupCounterLocked(k aggKey, g *aggGroup, now time.Duration) (string, Counter, bool) {
-	if now-g.heard > s.activeTTL() {
+	idle := now-g.heard > s.activeTTL()
+	if idle && (now-g.heard > s.subTTL() || now-g.fwdAt < ownerIdlePush) {
 		return "", Counter{}, false
 	}
 	sum := g.o.total - min(g.o.total, g.up)
-	if sum == g.acked && g.upSet {
+	if sum == g.acked && g.upSet && !idle {
 		return "", Counter{}, false // the owner has it all; its answers come as others change
 	}
 	to := s.ownerForLocked(k.rule, k.key)
@@ -605,7 +645,7 @@ func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string)
 	if s.owner.ring.aggregatorFor(rule, key, s.self, u.slot) != sender {
 		return false
 	}
-	u.waiting = 0
+	u.waiting, u.heardFrom = 0, sender
 	return true
 }
 
@@ -680,6 +720,7 @@ func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration)
 		g.up += tokens
 		g.o.total += tokens
 	}
+	g.o.dirty = true // its idle users are told at this node's rounds (answersLocked)
 	if now-g.fanAt < s.cfg.GossipInterval {
 		g.fanDue = true
 		return
@@ -727,29 +768,26 @@ func (s *Syncer) aggTakeQueued() []ownerOut {
 // (sub) if its view is behind or its counter awaits an acknowledgement.
 // Caller holds s.mu.
 func (s *Syncer) answerSubLocked(k aggKey, o *ownedKey, name string, sub *ownerSub, now time.Duration, at uint64, writers map[string]*answerWriter) {
-	{
-		if name == s.self {
-			return
-		}
-		others := o.total - min(o.total, sub.contrib)
-		if others == sub.sent && !sub.needAck {
-			return
-		}
-		ackEpoch, ackUsed := sub.epoch, sub.hi
-		if a := sub.agg; a != nil && a.heard != 0 && now-a.heard <= s.activeTTL() {
-			ackEpoch, ackUsed = a.epoch, a.hi
-		}
-		to := strings.TrimPrefix(name, aggGroupPrefix)
-		w := writers[to]
-		if w == nil {
-			w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
-			writers[to] = w
-		}
-		w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: min(sub.sent, others),
-			others: others, ackEpoch: ackEpoch, ackUsed: ackUsed})
-		sub.sent, sub.needAck, sub.answered = others, false, now
-		s.ownerSent.Add(1)
+	if name == s.self {
+		return
 	}
+	others := o.total - min(o.total, sub.contrib)
+	if others == sub.sent && !sub.needAck {
+		return
+	}
+	ackEpoch, ackUsed := sub.epoch, sub.hi
+	if a := sub.agg; a != nil && a.heard != 0 && now-a.heard <= s.activeTTL() {
+		ackEpoch, ackUsed = a.epoch, a.hi
+	}
+	to := strings.TrimPrefix(name, aggGroupPrefix)
+	w := writers[to]
+	if w == nil {
+		w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
+		writers[to] = w
+	}
+	w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: min(sub.sent, others),
+		others: others, ackEpoch: ackEpoch, ackUsed: ackUsed})
+	sub.sent, sub.needAck, sub.answered = others, false, now
 }
 
 // receiveAgg applies an aggregation message: a user's counters to this
@@ -786,50 +824,68 @@ func (s *Syncer) receiveAgg(kind uint64, b []byte) {
 
 // receiveAggUsers counts users' counters into the groups this node
 // aggregates (or, for a key it owns or replicates, into its aggregate, as
-// kind 4), and returns what to charge here.
+// kind 4), and returns what to charge here. A counter for a key this node
+// neither owns, replicates nor aggregates on its ring is refused (neither
+// counted nor answered): counted here, it would reach no owner; its sender
+// hears nothing and moves on to the next slot's aggregator.
 func (s *Syncer) receiveAggUsers(b []byte) ([]charge, error) {
-	q, err := asCounters(b, msgAggUsers)
-	if err != nil {
-		return nil, err
-	}
+	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
+	nowNanos := uint64(max(0, s.clock().UnixNano()))
 	var sender string
-	check := func(from string, _ uint64, stamped bool) error {
-		sender = from
+	var sentAt uint64
+	check := func(from string, at uint64, stamped bool) error {
+		sender, sentAt = from, at
 		if !stamped {
 			return errUnstamped
 		}
 		if !s.memberLocked(from) {
 			return fmt.Errorf("sender %.64q is no member", from)
 		}
-		return nil
+		return s.checkStampLocked(from, at, stamped)
 	}
+	var charges []charge
 	var keys []aggKey
+	foreign := 0
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.refreshRingLocked()
-	_, err = decodeCountersChecked(q, check, func(origin string, c Counter) {
+	_, err := decodeAggCounters(b, msgAggUsers, check, func(origin string, c Counter) {
 		if origin != sender || origin == s.self {
+			foreign++
 			return
 		}
+		k := aggKey{c.Rule, c.Key, c.Window}
 		owner, replica := s.owner.ring.owners(c.Rule, c.Key)
 		if owner != s.self && replica != s.self {
-			k := aggKey{c.Rule, c.Key, c.Window}
+			if !s.aggCapableLocked() || s.aggUsersLocked(c.Rule, c.Key, s.self) == 0 {
+				return
+			}
 			s.aggGroupLocked(k, now).heard = now
 			keys = append(keys, k)
 		}
+		if s.staleLocked(c) {
+			return
+		}
+		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		if !ok {
+			return
+		}
+		at := s.originTimeLocked(origin, sentAt, nowNanos)
+		if tokens := s.aggregateLocked(bounded != nil, a, origin, c, at, now); tokens > 0 {
+			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
+		}
 	})
-	s.mu.Unlock()
+	if foreign > 0 {
+		s.tstats.countPacket(PacketRefusedOrigin)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("aggregation counters: %w", err)
 	}
-	q[1] = msgOwnerCounters
-	charges, err := s.receiveOwnerCounters(q)
 	if len(keys) > 0 {
-		s.mu.Lock()
-		s.aggForwardLocked(keys, s.sinceBorn())
-		s.mu.Unlock()
+		s.aggForwardLocked(keys, now)
 	}
-	return charges, err
+	return charges, nil
 }
 
 // receiveAggGroup counts aggregators' group counters into this node's
@@ -1020,7 +1076,7 @@ func (s *Syncer) aggUsersLocked(rule, key, name string) int {
 		}
 		c = &aggCounts{ring: r, n: map[string]int{}}
 		for _, m := range r.names {
-			if m != owner && m != replica {
+			if m != owner { // the replica uses the key as any member does
 				c.n[aggs[aggSlot(kh, m, k)]]++
 			}
 		}
@@ -1072,10 +1128,54 @@ func (s *Syncer) receiveNotice(b []byte) error {
 		}
 		if u != nil && u.baseSet {
 			u.base = n.total
-			if len(st.subscribe) < s.cfg.MaxSeen {
-				st.subscribe = append(st.subscribe, k)
-			}
 		}
 	}
 	return nil
+}
+
+// AggStats counts aggregation's state on one node; read it with
+// Syncer.AggStats.
+type AggStats struct {
+	// Groups is how many groups this node aggregates (as an aggregator).
+	Groups int
+	// GroupUsers is how many users those groups hold, this node included.
+	GroupUsers int
+	// GroupEntries is how many aggregators' groups this node counts (as
+	// an owner), and Aggregated how many of its keys are aggregated.
+	GroupEntries, Aggregated int
+	// Routed is how many keys this node sends through an aggregator (as a
+	// user), and FailedOver how many of those moved past their first
+	// slot's aggregator.
+	Routed, FailedOver int
+}
+
+// AggStats returns what this node holds for aggregation now.
+func (s *Syncer) AggStats() AggStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.owner.agg
+	var a AggStats
+	for k, g := range st.groups {
+		if g.o == s.owner.mine[k] {
+			a.Groups++
+			a.GroupUsers += len(g.o.subs)
+		}
+	}
+	for k, names := range st.groupSubs {
+		if o := s.owner.mine[k]; o != nil && len(names) > 0 {
+			a.Aggregated++
+			for name := range names {
+				if o.subs[name] != nil {
+					a.GroupEntries++
+				}
+			}
+		}
+	}
+	for _, u := range st.hot {
+		a.Routed++
+		if u.slot > 0 {
+			a.FailedOver++
+		}
+	}
+	return a
 }
