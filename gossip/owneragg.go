@@ -56,11 +56,12 @@ import (
 //
 // Trust: the owner counts a group counter only from a member (sender
 // guard, stamps), for a key it owns or replicates, from a member its own
-// ring names as an aggregator of the key, and no more than 2n+2 origins'
-// allowances (n the members the ring assigns to that aggregator: room for
-// the users of a neighbouring slot that failed over to it, and for the
-// aggregator's own consumption). A hostile member can thus inflate a key by
-// what about 2√N members could admit, no more; a user takes an answer only
+// ring names as an aggregator of the key, and no more than 2(n+m+1) origins'
+// allowances (n the members the ring assigns to that aggregator, m the
+// most it assigns to any aggregator of the key: room for the users of a
+// neighbouring slot that failed over to it, and for the aggregator's own
+// consumption). A hostile member can thus inflate a key by what about 4√N
+// members could admit, no more; a user takes an answer only
 // from its own aggregator on its own ring, bounded as an owner's answer is.
 
 // DefaultAggregateAbove is Config.AggregateAbove's default.
@@ -166,6 +167,7 @@ type aggSub struct {
 type aggCounts struct {
 	ring *ownerRing
 	n    map[string]int
+	most int // the largest of n
 }
 
 // aggFanIn is how many aggregators a key has on a ring of n members: the
@@ -575,17 +577,16 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 		}
 	}
 	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
-	if fromOwner {
-		// The owner's first answer to this node's group starts from what it
-		// was told as a user (groupCountLocked): exact.
-		if u != nil {
-			u.baseSet = false
-		}
+	if u != nil && u.baseSet {
+		// The owner's numbering, from what this node heard: exact, even if
+		// the sender's first answer was lost (its prev would skip that).
+		u.baseSet = false
+		a.prev = min(a.others, u.base)
 		return a
 	}
-	if u != nil && u.baseSet {
-		u.baseSet = false
-		a.prev = min(a.others, max(a.prev, u.base))
+	if fromOwner {
+		// The owner's first answer to this node's group starts from what
+		// it counted this node as told as a user (groupCountLocked).
 		return a
 	}
 	bounded, ok := s.ledger.(BoundedLedger)
@@ -828,6 +829,13 @@ func (s *Syncer) receiveNotice(b []byte) error {
 		}
 		if u != nil && u.baseSet {
 			u.base = n.total
+			if h := s.owner.heard[aggKey{n.rule, n.key, 0}]; h != nil {
+				for _, sl := range h.slots {
+					if sl.owner == sender && sl.gen == n.gen {
+						u.base = sl.last + n.contrib // what it heard, not what was sent
+					}
+				}
+			}
 		}
 	}
 	return nil

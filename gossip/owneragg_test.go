@@ -86,14 +86,14 @@ func TestAggregatorChoiceMatchesTheOwnersCount(t *testing.T) {
 
 func TestAggWire(t *testing.T) {
 	w := &noticeWriter{limit: 1300, sender: "o", at: 42}
-	w.add("api", "k1", 7)
-	w.add("api", "k2", 1<<40)
+	w.add(aggNotice{"api", "k1", 7, 1, 2})
+	w.add(aggNotice{"api", "k2", 1 << 40, 3, 4})
 	ps := w.packets()
 	if len(ps) != 1 {
 		t.Fatalf("%d notice packets", len(ps))
 	}
 	sender, at, keys, err := decodeNotice(ps[0])
-	if err != nil || sender != "o" || at != 42 || len(keys) != 2 || keys[1] != (aggNotice{"api", "k2", 1 << 40}) {
+	if err != nil || sender != "o" || at != 42 || len(keys) != 2 || keys[1] != (aggNotice{"api", "k2", 1 << 40, 3, 4}) {
 		t.Fatalf("notice decoded as %q %d %v %v", sender, at, keys, err)
 	}
 	for i := range len(ps[0]) - 1 {
@@ -176,7 +176,8 @@ func TestGroupCountersAreBoundedAndOnlyFromAggregators(t *testing.T) {
 	if got, _ := count(agg, 1, 50, 60, time.Second); got != 10 {
 		t.Fatalf("a grown group counter counted %d, want 10", got)
 	}
-	limit := float64(2*users+2) * (al.Burst + al.PerSecond*firstSlack.Seconds())
+	most := s.owner.agg.counts[[2]string{"api", key}].most
+	limit := float64(2*users+2*most+2) * (al.Burst + al.PerSecond*firstSlack.Seconds())
 	got, _ := count(agg, 1, 60, 1<<40, time.Second)
 	if float64(got+60) > limit+1 || got == 0 {
 		t.Fatalf("a forged aggregate of 2^40 from an aggregator of %d users counted %d; its users' allowance is %.0f", users, got, limit)
@@ -222,7 +223,7 @@ func TestFirstAggregatedAnswerStartsFromTheNotice(t *testing.T) {
 // notice that decodes re-encodes to an equal one.
 func FuzzDecodeAggMessages(f *testing.F) {
 	w := &noticeWriter{limit: 1300, sender: "o", at: 3}
-	w.add("api", "k", 9)
+	w.add(aggNotice{"api", "k", 9, 1, 1})
 	f.Add(w.packets()[0])
 	for _, p := range samplePackets() {
 		f.Add(toAggPacket(p, 7, msgAggUsers))
@@ -241,7 +242,7 @@ func FuzzDecodeAggMessages(f *testing.F) {
 		}
 		w := &noticeWriter{limit: 1 << 30, sender: sender, at: at}
 		for _, k := range keys {
-			w.add(k.rule, k.key, k.total)
+			w.add(k)
 		}
 		s2, at2, keys2, err := decodeNotice(w.packets()[0])
 		if err != nil || s2 != sender || at2 != at || len(keys2) != len(keys) {

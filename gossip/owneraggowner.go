@@ -99,7 +99,7 @@ func (s *Syncer) aggNoticesLocked(at uint64, add func(string, [][]byte, []int)) 
 		for _, k := range keys {
 			if o := s.owner.mine[k]; o != nil {
 				if sub := o.subs[user]; sub != nil {
-					w.add(k.rule, k.key, sub.sent+sub.contrib)
+					w.add(aggNotice{rule: k.rule, key: k.key, total: sub.sent + sub.contrib, gen: sub.serial, contrib: sub.contrib})
 				}
 			}
 		}
@@ -195,7 +195,8 @@ func (s *Syncer) answerGroupsLocked(k aggKey, from string, now time.Duration, at
 // groupCountLocked counts an aggregator's group counter into the key's
 // aggregate: what lies above both the highest counted of the group and the
 // counter's prev, within the allowance of the members this node's ring
-// assigns to the aggregator (2n+2 origins). It returns the tokens counted
+// assigns to the aggregator, 2(n+m+1) origins (m the most any aggregator
+// of the key is assigned: room for a failed neighbour's users). It returns the tokens counted
 // and the aggregate, or false when the counter is refused (this node
 // neither owns nor replicates the key, or its ring gives the sender no
 // users of it). Caller holds s.mu.
@@ -264,7 +265,7 @@ func (s *Syncer) groupCountLocked(bounded bool, a Allowance, origin string, c Co
 	}
 	tokens := c.Used - base
 	if bounded {
-		n := float64(2*users + 2)
+		n := float64(2*users + 2*s.owner.agg.counts[[2]string{c.Rule, c.Key}].most + 2)
 		scaled := Allowance{Burst: a.Burst * n, PerSecond: a.PerSecond * n, Soft: a.Soft * n}
 		give := g.allow.take(scaled, tokens, at, s.awayLocked(origin, at))
 		if give < tokens {
@@ -297,7 +298,9 @@ func (s *Syncer) aggUsersLocked(rule, key, name string) int {
 		c = &aggCounts{ring: r, n: map[string]int{}}
 		for _, m := range r.names {
 			if m != owner { // the replica uses the key as any member does
-				c.n[aggs[aggSlot(kh, m, k)]]++
+				a := aggs[aggSlot(kh, m, k)]
+				c.n[a]++
+				c.most = max(c.most, c.n[a])
 			}
 		}
 		if st.counts == nil {

@@ -11,7 +11,7 @@ import (
 //
 //	to an aggregator  [6, sender, [origin], [[0, rule, key, epoch, prev, used(, window)], ...], sent_at]
 //	group to owner    [7, sender, [origin], [[0, rule, key, epoch, prev, used(, window)], ...], sent_at]
-//	owner's notice    [8, sender, [[rule, key, total], ...], sent_at]
+//	owner's notice    [8, sender, [[rule, key, total, gen, contrib], ...], sent_at]
 //
 // Kinds 6 and 7 are counters packets (wire.go) under other kinds, always
 // stamped, whose one origin must be their sender. Kind 6 carries a user's
@@ -24,8 +24,11 @@ import (
 // ack_used are the group's. Kind 8 tells a user that the listed keys go
 // through aggregators from now on, and the owner's total for each (every
 // origin's consumption it counted, the user's own included) as of the
-// answer it sends with the notice: the user's first answer from an
-// aggregator charges what lies above it.
+// last answer it sent the user, the user's subscription (gen, as in kind
+// 5) and the user's own consumption it counted (contrib): the user's first
+// answer from an aggregator charges what lies above the total, taken as
+// the last others it heard of that subscription plus contrib when it has
+// heard of it (an answer lost on the way is then not skipped).
 //
 // All three are sent only when every member advertises protoAgg (memberlist's
 // DelegateProtocolMax): nodes of earlier versions ignore kinds above 5 (and
@@ -45,8 +48,8 @@ const maxNoticeEntries = 4096
 
 // aggNotice is one key's entry in an owner's notice.
 type aggNotice struct {
-	rule, key string
-	total     uint64
+	rule, key           string
+	total, gen, contrib uint64
 }
 
 // toAggPacket turns a counters packet made by packetWriter into a stamped
@@ -90,15 +93,17 @@ type noticeWriter struct {
 	out    [][]byte
 }
 
-func (w *noticeWriter) add(rule, key string, total uint64) {
-	size := 1 + 2*5 + 9 + len(rule) + len(key)
+func (w *noticeWriter) add(n aggNotice) {
+	size := 1 + 2*5 + 3*9 + len(n.rule) + len(n.key)
 	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxNoticeEntries) {
 		w.flush()
 	}
-	b := mp.AppendArrayHeader(w.body, 3)
-	b = mp.AppendStr(b, rule)
-	b = mp.AppendStr(b, key)
-	w.body = mp.AppendUint(b, total)
+	b := mp.AppendArrayHeader(w.body, 5)
+	b = mp.AppendStr(b, n.rule)
+	b = mp.AppendStr(b, n.key)
+	b = mp.AppendUint(b, n.total)
+	b = mp.AppendUint(b, n.gen)
+	w.body = mp.AppendUint(b, n.contrib)
 	w.n++
 }
 
@@ -146,8 +151,8 @@ func decodeNotice(b []byte) (sender string, sentAt uint64, keys []aggNotice, err
 	}
 	keys = make([]aggNotice, 0, min(n, 64))
 	for range n {
-		if m, err := d.ArrayLen(); err != nil || m != 3 {
-			return fail(orMalformed(err, &d, "entry must have 3 fields"))
+		if m, err := d.ArrayLen(); err != nil || m != 5 {
+			return fail(orMalformed(err, &d, "entry must have 5 fields"))
 		}
 		var k aggNotice
 		if k.rule, err = str(&d, maxRuleLen, "rule"); err != nil {
@@ -156,8 +161,10 @@ func decodeNotice(b []byte) (sender string, sentAt uint64, keys []aggNotice, err
 		if k.key, err = str(&d, maxKeyLen, "key"); err != nil {
 			return fail(err)
 		}
-		if k.total, err = d.Uint(); err != nil {
-			return fail(err)
+		for _, f := range [...]*uint64{&k.total, &k.gen, &k.contrib} {
+			if *f, err = d.Uint(); err != nil {
+				return fail(err)
+			}
 		}
 		keys = append(keys, k)
 	}
