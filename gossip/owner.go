@@ -57,6 +57,9 @@ import (
 //   - Memory: the aggregates' contributors and the answers heard are capped
 //     by MaxSeen each, and forgotten after SeenTTL without traffic.
 //
+// A key that many nodes use goes through aggregators before its owner
+// (owneragg.go): its owner then hears from and answers about √N of them.
+//
 // Mode choice (Config.GossipMode): "direct" sends to every member, "relay"
 // to a few that relay, "owner" as above; "auto" (the default) is direct up
 // to FanoutLimit members and owner beyond when every member speaks it
@@ -153,6 +156,7 @@ type ownerSub struct {
 	heard     time.Duration // its last counter, since born
 	answered  time.Duration // its last answer, since born
 	allow     allowance
+	agg       *aggSub // aggregation (owneragg.go); nil: none
 }
 
 // heardKey is what a node heard from the aggregates of one key.
@@ -181,6 +185,7 @@ type ownerState struct {
 	// MaxSeen entries.
 	waiting  map[[2]string]uint64
 	failover map[[2]string]failover
+	agg      aggState // aggregation before the owner (owneragg.go)
 }
 
 // failover is a key's counters sent to the replica instead of owner since
@@ -313,6 +318,9 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 			s.dropPendingLocked(k)
 			continue
 		}
+		if s.aggSendLocked(k, p, now, maxAge) { // through an aggregator (owneragg.go)
+			continue
+		}
 		owner := s.ownerForLocked(k.rule, k.key)
 		if owner == s.self || owner == "" {
 			s.aggregateOwnLocked(p.c, now)
@@ -346,7 +354,8 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 		}
 		out = append(out, ownerOut{to: n, packets: packets, counts: counts})
 	}
-	return append(out, s.answersLocked(now, at)...)
+	out = append(out, s.answersLocked(now, at)...)
+	return append(out, s.aggRoundLocked(now, at)...) // owneragg.go
 }
 
 // ownerForLocked is where this node sends its counters of (rule, key): the
@@ -426,7 +435,10 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				s.owner.subs--
 				continue
 			}
-			others := o.total - sub.contrib
+			others, skip := s.aggOthersLocked(k, o, name, sub, o.total-sub.contrib, now) // owneragg.go
+			if skip {
+				continue
+			}
 			if name == s.self || (others == sub.sent && !sub.needAck) {
 				continue
 			}
@@ -633,6 +645,7 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	s.charge(charges)
+	s.sendOwner(s.aggTakeQueued()) // owneragg.go
 }
 
 // receiveOwnerCounters counts a contributor's counters into this node's
@@ -703,10 +716,12 @@ func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
 	others := max(1, s.othersLocked())
 	for _, a := range answers {
 		owner, replica := s.owner.ring.owners(a.rule, a.key)
-		if sender != owner && sender != replica {
+		fromOwner := sender == owner || sender == replica
+		if !fromOwner && !s.aggAcceptLocked(a.rule, a.key, a.window, sender) { // owneragg.go
 			s.ownerRefused.Add(1)
 			continue
 		}
+		a = s.aggFirstLocked(sender, a, fromOwner)
 		var al Allowance
 		if bounded != nil {
 			var ok bool
@@ -716,7 +731,11 @@ func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
 			}
 		}
 		s.ackLocked(a)
-		if tokens := s.heardLocked(sender, a, now, bounded != nil, al, others); tokens > 0 {
+		tokens := s.heardLocked(sender, a, now, bounded != nil, al, others)
+		if fromOwner {
+			s.aggHeardLocked(a, tokens, now) // owneragg.go
+		}
+		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
 	}

@@ -64,7 +64,7 @@ func TestResetKindIsRefusedByOlderDecodersAndUnknownKindsIgnored(t *testing.T) {
 	}
 	l := newResetLedger()
 	s := newBareSyncer(l)
-	future := mp.AppendUint(mp.AppendArrayHeader(nil, 2), msgOwnerAnswer+1)
+	future := mp.AppendUint(mp.AppendArrayHeader(nil, 2), msgAggNotice+1)
 	s.receive(append(future, 0xc0))
 	if s.stats.IgnoredPackets.Load() != 1 || s.stats.BadPackets.Load() != 0 {
 		t.Fatalf("unknown kind: ignored %d, bad %d; want 1, 0", s.stats.IgnoredPackets.Load(), s.stats.BadPackets.Load())

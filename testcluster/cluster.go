@@ -38,7 +38,10 @@ type Options struct {
 	FanoutLimit    int
 	GossipNodes    int
 	// GossipMode is gossip's mode (auto, direct, relay, owner); "" is auto.
-	GossipMode       string
+	GossipMode string
+	// AggregateAbove is gossip.Config.AggregateAbove (owner mode: users of
+	// a key before they go through aggregators); 0 is gossip's default.
+	AggregateAbove   int
 	PushPullInterval time.Duration
 	// Key encrypts gossip (16, 24 or 32 bytes). Default: none.
 	Key []byte
@@ -245,6 +248,9 @@ func (n *Node) start(join []string) error {
 			}
 			g.MemberlistConfig = loopbackTimings
 			g.ReconnectInterval = 500 * time.Millisecond
+			if c.opts.AggregateAbove != 0 {
+				g.AggregateAbove = c.opts.AggregateAbove
+			}
 		},
 	})
 	if err != nil {

@@ -71,7 +71,7 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.JoinSpread <= 0 && !cfg.copyMembers {
 		s.table = gossip.NewSharedMembers()
 		for i := range cfg.Nodes {
-			s.table.Add(selfNode(i, 0))
+			s.table.Add(s.selfNode(i, 0))
 		}
 	}
 	s.nodes = make([]*node, cfg.Nodes)
@@ -103,9 +103,14 @@ func New(cfg Config) (*Sim, error) {
 	return s, nil
 }
 
-// selfNode is the member of slot i, generation gen: addressed by its slot.
-func selfNode(i int, gen uint32) memberlist.Node {
-	return memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: 1}
+// selfNode is the member of slot i, generation gen: addressed by its slot. Forced owner mode advertises
+// gossip's protoAgg (aggregation before the owner); auto mode keeps relaying in the simulator.
+func (s *Sim) selfNode(i int, gen uint32) memberlist.Node {
+	n := memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: 1}
+	if s.cfg.GossipMode == "owner" {
+		n.DMax = 4 // gossip's protoAgg: owner shares (3) and aggregation before the owner
+	}
+	return n
 }
 
 func nameOf(i int, gen uint32) string {
@@ -124,9 +129,9 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}
-	n.self = selfNode(i, gen)
+	n.self = s.selfNode(i, gen)
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
-		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
+		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, AggregateAbove: s.cfg.AggregateAbove, Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
@@ -221,6 +226,7 @@ func (s *Sim) handle(e event) {
 		start := time.Now()
 		n.syncer.Flush()
 		n.busy += time.Since(start)
+		s.hotSample(n) // hotkey.go
 		e.at += int64(s.cfg.GossipInterval)
 		s.push(e)
 	case evPushPull:
@@ -285,6 +291,7 @@ func (s *Sim) request(n *node) {
 	}
 	n.admitted++
 	n.windowAdmitted++
+	s.hotAdmitted(n) // hotkey.go
 	if b := s.bin(); b < len(s.m.bins) && s.cfg.Scenario == Hot {
 		s.m.bins[b]++
 	}
@@ -303,7 +310,7 @@ func (s *Sim) churn() {
 	s.m.retire(old)
 	s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(i), msg: []byte(old.name)})
 	if s.table != nil {
-		s.table.Add(selfNode(i, old.gen+1)) // the replacement starts knowing the table
+		s.table.Add(s.selfNode(i, old.gen+1)) // the replacement starts knowing the table
 	}
 	n, err := s.newNode(i, old.gen+1)
 	if err != nil {

@@ -1,0 +1,298 @@
+package gossip
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// newAggSyncer is newOwnerSyncer whose members all speak aggregation.
+func newAggSyncer(self string, n int) (*Syncer, *memLedger) {
+	members := make([]string, 0, n-1)
+	for i := range n {
+		if name := fmt.Sprintf("m%03d", i); name != self {
+			members = append(members, name)
+		}
+	}
+	s, l := newOwnerSyncer(self, members...)
+	for _, m := range members {
+		s.peers[m] = memberlist.Node{Name: m, DMax: protoAgg}
+	}
+	s.cfg.AggregateAbove = DefaultAggregateAbove
+	return s, l
+}
+
+func TestAggFanIn(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{
+		{1, 2}, {4, 2}, {5, 4}, {16, 4}, {17, 8}, {100, 16}, {1000, 32}, {3000, 64}, {10000, 128},
+	} {
+		if got := aggFanIn(tc.n); got != tc.want {
+			t.Errorf("aggFanIn(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}
+
+// Every user's aggregator of a key is one of the key's k slot aggregators,
+// never its owner or replica; the owner's count of the members its ring
+// assigns to each aggregator is exactly who chooses it; and the groups are
+// about N/k each.
+func TestAggregatorChoiceMatchesTheOwnersCount(t *testing.T) {
+	const n = 300
+	s, _ := newAggSyncer("m000", n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.aggCapableLocked() {
+		t.Fatal("a ring of members that all speak protoAgg is not capable")
+	}
+	r := s.owner.ring
+	k := aggFanIn(n)
+	for key := range 20 {
+		key := fmt.Sprintf("key-%d", key)
+		owner, replica := r.owners("api", key)
+		chosen := map[string]int{}
+		for _, m := range r.names {
+			if m == owner {
+				continue
+			}
+			a := r.aggregatorFor("api", key, m, 0)
+			if a == "" || a == owner || a == replica {
+				t.Fatalf("%s: member %s's aggregator %q (owner %s, replica %s)", key, m, a, owner, replica)
+			}
+			if a2 := r.aggregatorFor("api", key, m, 0); a2 != a {
+				t.Fatalf("%s: aggregator of %s not stable: %s then %s", key, m, a, a2)
+			}
+			chosen[a]++
+		}
+		if len(chosen) > k {
+			t.Fatalf("%s: %d aggregators, want at most %d", key, len(chosen), k)
+		}
+		most := 0
+		for a, c := range chosen {
+			if got := s.aggUsersLocked("api", key, a); got != c {
+				t.Fatalf("%s: owner counts %d members for %s, %d chose it", key, got, a, c)
+			}
+			most = max(most, c)
+		}
+		if most > 4*n/k {
+			t.Fatalf("%s: an aggregator has %d users, N/k = %d", key, most, n/k)
+		}
+		if got := s.aggUsersLocked("api", key, owner); got != 0 {
+			t.Fatalf("%s: the owner counted as an aggregator of %d", key, got)
+		}
+	}
+}
+
+func TestAggWire(t *testing.T) {
+	w := &noticeWriter{limit: 1300, sender: "o", at: 42}
+	w.add(aggNotice{"api", "k1", 7, 1, 2})
+	w.add(aggNotice{"api", "k2", 1 << 40, 3, 4})
+	ps := w.packets()
+	if len(ps) != 1 {
+		t.Fatalf("%d notice packets", len(ps))
+	}
+	sender, at, keys, err := decodeNotice(ps[0])
+	if err != nil || sender != "o" || at != 42 || len(keys) != 2 || keys[1] != (aggNotice{"api", "k2", 1 << 40, 3, 4}) {
+		t.Fatalf("notice decoded as %q %d %v %v", sender, at, keys, err)
+	}
+	for i := range len(ps[0]) - 1 {
+		if _, _, _, err := decodeNotice(ps[0][:i]); err == nil {
+			t.Fatalf("a notice cut at %d bytes decoded", i)
+		}
+	}
+	pw := newPacketWriter("a", 1300)
+	pw.add("a", Counter{Rule: "api", Key: "k", Epoch: 3, Prev: 1, Used: 9})
+	plain, _ := pw.packets()
+	for _, kind := range []byte{msgAggUsers, msgAggGroup} {
+		p := toAggPacket(plain[0], 11, kind)
+		var got []Counter
+		sender, err := decodeAggCounters(p, kind, func(_ string, at uint64, stamped bool) error {
+			if !stamped || at != 11 {
+				t.Fatalf("kind %d: stamp %d %v", kind, at, stamped)
+			}
+			return nil
+		}, func(_ string, c Counter) { got = append(got, c) })
+		if err != nil || sender != "a" || len(got) != 1 || got[0].Used != 9 {
+			t.Fatalf("kind %d decoded as %q %v %v", kind, sender, got, err)
+		}
+		other := msgAggUsers + msgAggGroup - kind
+		if _, err := decodeAggCounters(p, other, nil, func(string, Counter) {}); err == nil {
+			t.Fatalf("a packet of kind %d decoded as kind %d", kind, other)
+		}
+	}
+	if _, err := decodeAggCounters(toOwnerPacket(plain[0], 1), msgAggUsers, nil, func(string, Counter) {}); err == nil {
+		t.Fatal("an owner-counters packet decoded as a user's to its aggregator")
+	}
+}
+
+// An owner counts a group counter only from a member its ring names as an
+// aggregator of the key, once (cumulative, per group epoch), and no more
+// than the allowance of 2n+2 origins (n the members assigned to it): a
+// forged aggregate cannot drain the key beyond what those users could
+// have admitted.
+func TestGroupCountersAreBoundedAndOnlyFromAggregators(t *testing.T) {
+	const n = 100
+	s, _ := newAggSyncer("m000", n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshRingLocked()
+	key := ""
+	for i := range 1000 { // a key this node owns
+		if o, _ := s.owner.ring.owners("api", fmt.Sprintf("k%d", i)); o == "m000" {
+			key = fmt.Sprintf("k%d", i)
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key owned by m000")
+	}
+	owner, replica := s.owner.ring.owners("api", key)
+	agg, stranger := "", ""
+	for _, m := range s.owner.ring.names {
+		switch {
+		case m == owner || m == replica:
+		case s.aggUsersLocked("api", key, m) > 0 && agg == "":
+			agg = m
+		case s.aggUsersLocked("api", key, m) == 0 && stranger == "":
+			stranger = m
+		}
+	}
+	users := s.aggUsersLocked("api", key, agg)
+	al := Allowance{Burst: 100, PerSecond: 100}
+	count := func(from string, epoch, prev, used uint64, at time.Duration) (uint64, bool) {
+		tokens, _, ok := s.groupCountLocked(true, al, from, Counter{Rule: "api", Key: key, Epoch: epoch, Prev: prev, Used: used}, at, at)
+		return tokens, ok
+	}
+	if _, ok := count(stranger, 1, 0, 50, time.Second); ok {
+		t.Fatalf("a group counter from %s, no aggregator of the key, was counted", stranger)
+	}
+	if got, ok := count(agg, 1, 0, 50, time.Second); !ok || got != 50 {
+		t.Fatalf("first group counter: counted %d (%v), want 50", got, ok)
+	}
+	if got, _ := count(agg, 1, 0, 50, time.Second); got != 0 {
+		t.Fatalf("a repeated group counter counted %d", got)
+	}
+	if got, _ := count(agg, 1, 50, 60, time.Second); got != 10 {
+		t.Fatalf("a grown group counter counted %d, want 10", got)
+	}
+	most := s.owner.agg.counts[[2]string{"api", key}].most
+	limit := float64(2*users+2*most+2) * (al.Burst + al.PerSecond*firstSlack.Seconds())
+	got, _ := count(agg, 1, 60, 1<<40, time.Second)
+	if float64(got+60) > limit+1 || got == 0 {
+		t.Fatalf("a forged aggregate of 2^40 from an aggregator of %d users counted %d; its users' allowance is %.0f", users, got, limit)
+	}
+	if s.stats.SuspiciousReports.Load() < 2 {
+		t.Fatalf("suspicious reports %d, want the stranger's and the forged one", s.stats.SuspiciousReports.Load())
+	}
+	o := s.owner.mine[aggKey{"api", key, 0}]
+	if sub := o.subs[aggGroupPrefix+agg]; sub == nil || o.total != sub.contrib {
+		t.Fatalf("the group is not counted apart from %s's own consumption: %+v", agg, o.subs)
+	}
+}
+
+// A user told to aggregate starts its first subscription on the
+// aggregated path from the owner's total in the notice (exact: the
+// aggregator's numbering is the owner's); any later one charges only the
+// debt the sender sees beyond its own.
+func TestFirstAggregatedAnswerStartsFromTheNotice(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshRingLocked()
+	k := [2]string{"api", "k"}
+	s.owner.agg.hot = map[[2]string]*aggUse{k: {baseSet: true, base: 500}}
+	a := s.aggFirstLocked("agg1", ownerAnswer{rule: "api", key: "k", gen: 1, prev: 0, others: 530}, false)
+	if a.prev != 500 {
+		t.Fatalf("first answer's prev %d, want the notice's 500 (charge 30)", a.prev)
+	}
+	// memLedger is no BoundedLedger: a later subscription keeps the sender's prev.
+	a = s.aggFirstLocked("agg2", ownerAnswer{rule: "api", key: "k", gen: 2, prev: 520, others: 540}, false)
+	if a.prev != 520 {
+		t.Fatalf("second subscription's prev %d, want the sender's 520", a.prev)
+	}
+	// The owner's answers to this node's own counters are left alone.
+	a = s.aggFirstLocked("m001", ownerAnswer{rule: "api", key: "k", gen: 3, prev: 0, others: 999}, true)
+	if a.prev != 0 {
+		t.Fatalf("an owner's answer changed: prev %d", a.prev)
+	}
+}
+
+// FuzzDecodeAggMessages: notices and counters to aggregators and owners
+// from peers never panic or allocate beyond what their bytes hold, and a
+// notice that decodes re-encodes to an equal one.
+func FuzzDecodeAggMessages(f *testing.F) {
+	w := &noticeWriter{limit: 1300, sender: "o", at: 3}
+	w.add(aggNotice{"api", "k", 9, 1, 1})
+	f.Add(w.packets()[0])
+	for _, p := range samplePackets() {
+		f.Add(toAggPacket(p, 7, msgAggUsers))
+		f.Add(toAggPacket(p, 7, msgAggGroup))
+	}
+	for _, b := range malformedPeerBytes {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, kind := range []byte{msgAggUsers, msgAggGroup} {
+			_, _ = decodeAggCounters(b, kind, nil, func(string, Counter) {})
+		}
+		sender, at, keys, err := decodeNotice(b)
+		if err != nil || len(keys) == 0 {
+			return
+		}
+		w := &noticeWriter{limit: 1 << 30, sender: sender, at: at}
+		for _, k := range keys {
+			w.add(k)
+		}
+		s2, at2, keys2, err := decodeNotice(w.packets()[0])
+		if err != nil || s2 != sender || at2 != at || len(keys2) != len(keys) {
+			t.Fatalf("re-encoded notice: %q %d %d entries, %v", s2, at2, len(keys2), err)
+		}
+		for i := range keys {
+			if keys[i] != keys2[i] {
+				t.Fatalf("entry %d: %+v became %+v", i, keys[i], keys2[i])
+			}
+		}
+	})
+}
+
+// Aggregation needs every member to speak it: with one member of an
+// earlier version (protocol 2, owner mode; protocol 3, owner mode with
+// shares, no aggregation) no node aggregates, and a key told to aggregate
+// goes to its owner as before; a ring too small, or AggregateAbove
+// negative, turns it off too.
+func TestAggregationNeedsEveryMember(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		members int
+		old     uint8 // one member's protocol; 0: every member speaks protoAgg
+		above   int
+		want    bool
+	}{
+		{"all new", 20, 0, DefaultAggregateAbove, true},
+		{"one owner-mode member (2)", 20, protoOwner, DefaultAggregateAbove, false},
+		{"one member without aggregation (3)", 20, protoAgg - 1, DefaultAggregateAbove, false},
+		{"ring too small", aggMinMembers - 1, 0, DefaultAggregateAbove, false},
+		{"turned off", 20, 0, -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newAggSyncer("m000", tc.members)
+			s.cfg.AggregateAbove = tc.above
+			if tc.old != 0 {
+				s.peers["m001"] = memberlist.Node{Name: "m001", DMax: tc.old}
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if got := s.aggCapableLocked(); got != tc.want {
+				t.Fatalf("capable %v, want %v", got, tc.want)
+			}
+			s.owner.agg.hot = map[[2]string]*aggUse{{"api", "k"}: {}}
+			k := pendingKey{counterKey{"m000", "api", "k"}, 0, 1}
+			p := &pendingCounter{c: Counter{Rule: "api", Key: "k", Epoch: 1, Used: 3}, transmits: ownerResends}
+			s.pending[k] = p
+			if got := s.aggSendLocked(k, p, time.Second, -1000); got != tc.want {
+				t.Fatalf("sent through an aggregator: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
