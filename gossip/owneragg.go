@@ -815,6 +815,9 @@ func (s *Syncer) receiveNotice(b []byte) error {
 			s.ownerRefused.Add(1)
 			continue
 		}
+		// What the owner counted of this node's counter: not sent again to
+		// the aggregator (the owner's answer saying so may be held back).
+		s.ackLocked(ownerAnswer{rule: n.rule, key: n.key, window: n.window, ackEpoch: n.ackEpoch, ackUsed: n.ackUsed})
 		if st.hot == nil {
 			st.hot = map[[2]string]*aggUse{}
 		}

@@ -99,7 +99,8 @@ func (s *Syncer) aggNoticesLocked(at uint64, add func(string, [][]byte, []int)) 
 		for _, k := range keys {
 			if o := s.owner.mine[k]; o != nil {
 				if sub := o.subs[user]; sub != nil {
-					w.add(aggNotice{rule: k.rule, key: k.key, total: sub.sent + sub.contrib, gen: sub.serial, contrib: sub.contrib})
+					w.add(aggNotice{rule: k.rule, key: k.key, total: sub.sent + sub.contrib, gen: sub.serial, contrib: sub.contrib,
+						window: k.window, ackEpoch: sub.epoch, ackUsed: sub.hi})
 				}
 			}
 		}

@@ -11,7 +11,7 @@ import (
 //
 //	to an aggregator  [6, sender, [origin], [[0, rule, key, epoch, prev, used(, window)], ...], sent_at]
 //	group to owner    [7, sender, [origin], [[0, rule, key, epoch, prev, used(, window)], ...], sent_at]
-//	owner's notice    [8, sender, [[rule, key, total, gen, contrib], ...], sent_at]
+//	owner's notice    [8, sender, [[rule, key, total, gen, contrib, window, ack_epoch, ack_used], ...], sent_at]
 //
 // Kinds 6 and 7 are counters packets (wire.go) under other kinds, always
 // stamped, whose one origin must be their sender. Kind 6 carries a user's
@@ -28,7 +28,11 @@ import (
 // 5) and the user's own consumption it counted (contrib): the user's first
 // answer from an aggregator charges what lies above the total, taken as
 // the last others it heard of that subscription plus contrib when it has
-// heard of it (an answer lost on the way is then not skipped).
+// heard of it (an answer lost on the way is then not skipped). Its window,
+// ack_epoch and ack_used acknowledge the user's counter of that window as
+// an answer does: the answer itself may wait for the owner's answer budget
+// while the user already sends to its aggregator, which would count again
+// what the owner counted and had not acknowledged.
 //
 // All three are sent only when every member advertises protoAgg (memberlist's
 // DelegateProtocolMax): nodes of earlier versions ignore kinds above 5 (and
@@ -43,13 +47,17 @@ const (
 // the owner (owneragg.go).
 const protoAgg = 4
 
+// noticeFields is how many fields a notice's entry has.
+const noticeFields = 8
+
 // maxNoticeEntries caps the keys of one notice.
 const maxNoticeEntries = 4096
 
 // aggNotice is one key's entry in an owner's notice.
 type aggNotice struct {
-	rule, key           string
-	total, gen, contrib uint64
+	rule, key                 string
+	total, gen, contrib       uint64
+	window, ackEpoch, ackUsed uint64
 }
 
 // toAggPacket turns a counters packet made by packetWriter into a stamped
@@ -94,16 +102,17 @@ type noticeWriter struct {
 }
 
 func (w *noticeWriter) add(n aggNotice) {
-	size := 1 + 2*5 + 3*9 + len(n.rule) + len(n.key)
+	size := 1 + 2*5 + 6*9 + len(n.rule) + len(n.key)
 	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxNoticeEntries) {
 		w.flush()
 	}
-	b := mp.AppendArrayHeader(w.body, 5)
+	b := mp.AppendArrayHeader(w.body, noticeFields)
 	b = mp.AppendStr(b, n.rule)
 	b = mp.AppendStr(b, n.key)
-	b = mp.AppendUint(b, n.total)
-	b = mp.AppendUint(b, n.gen)
-	w.body = mp.AppendUint(b, n.contrib)
+	for _, f := range [...]uint64{n.total, n.gen, n.contrib, n.window, n.ackEpoch, n.ackUsed} {
+		b = mp.AppendUint(b, f)
+	}
+	w.body = b
 	w.n++
 }
 
@@ -151,8 +160,8 @@ func decodeNotice(b []byte) (sender string, sentAt uint64, keys []aggNotice, err
 	}
 	keys = make([]aggNotice, 0, min(n, 64))
 	for range n {
-		if m, err := d.ArrayLen(); err != nil || m != 5 {
-			return fail(orMalformed(err, &d, "entry must have 5 fields"))
+		if m, err := d.ArrayLen(); err != nil || m != noticeFields {
+			return fail(orMalformed(err, &d, "entry must have 8 fields"))
 		}
 		var k aggNotice
 		if k.rule, err = str(&d, maxRuleLen, "rule"); err != nil {
@@ -161,7 +170,7 @@ func decodeNotice(b []byte) (sender string, sentAt uint64, keys []aggNotice, err
 		if k.key, err = str(&d, maxKeyLen, "key"); err != nil {
 			return fail(err)
 		}
-		for _, f := range [...]*uint64{&k.total, &k.gen, &k.contrib} {
+		for _, f := range [...]*uint64{&k.total, &k.gen, &k.contrib, &k.window, &k.ackEpoch, &k.ackUsed} {
 			if *f, err = d.Uint(); err != nil {
 				return fail(err)
 			}
