@@ -586,7 +586,21 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 	}
 	if fromOwner {
 		// The owner's first answer to this node's group starts from what
-		// it counted this node as told as a user (groupCountLocked).
+		// it counted this node as told as a user (groupCountLocked); if it
+		// has heard the key through another aggregator since, from what
+		// that one told it (the same numbering, the owner's): charged only
+		// what lies beyond. Its own consumption through that aggregator is
+		// not in what it was told and is charged here once (it admits
+		// less, by that).
+		if u != nil && u.heardFrom != "" && u.heardFrom != sender && u.heardFrom != s.self {
+			if h := s.owner.heard[k]; h != nil {
+				for _, sl := range h.slots {
+					if sl.owner == u.heardFrom && s.sinceBorn()-sl.at <= s.activeTTL() {
+						a.prev = max(a.prev, min(sl.last, a.others))
+					}
+				}
+			}
+		}
 		return a
 	}
 	bounded, ok := s.ledger.(BoundedLedger)

@@ -218,6 +218,33 @@ func TestFirstAggregatedAnswerStartsFromTheNotice(t *testing.T) {
 	}
 }
 
+// An aggregator that makes its group after it heard the key through
+// another aggregator takes the owner's first answer to its group from what
+// that one told it, not from what the owner last told it directly: it is
+// not charged twice what it heard there.
+func TestGroupsFirstAnswerStartsFromWhatItsAggregatorTold(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshRingLocked()
+	owner, _ := s.owner.ring.owners("api", "k")
+	k := aggKey{"api", "k", 0}
+	now := s.sinceBorn()
+	g := s.aggGroupLocked(k, now)
+	s.owner.agg.hot = map[[2]string]*aggUse{{"api", "k"}: {used: now, heardFrom: "agg1"}}
+	s.owner.heard = map[aggKey]*heardKey{k: {slots: [2]heardSlot{{owner: owner, gen: 1, last: 400, at: now}, {owner: "agg1", gen: 2, last: 600, at: now}}}}
+	a := s.aggFirstLocked(owner, ownerAnswer{rule: "api", key: "k", gen: 3, prev: 500, others: 650, ackEpoch: g.epoch}, true)
+	if a.prev != 600 {
+		t.Fatalf("group's first answer: prev %d, want what agg1 told (600: charge 50, not 150)", a.prev)
+	}
+	// Heard long ago (a ring change since, perhaps): the owner's prev.
+	s.owner.heard[k].slots[1].at = now - 10*s.activeTTL()
+	a = s.aggFirstLocked(owner, ownerAnswer{rule: "api", key: "k", gen: 4, prev: 500, others: 650, ackEpoch: g.epoch}, true)
+	if a.prev != 500 {
+		t.Fatalf("group's first answer after a stale aggregator: prev %d, want the owner's 500", a.prev)
+	}
+}
+
 // A notice acknowledges what the owner counted of the user's counter: the
 // owner's answer saying so may wait for its answer budget (thousands of
 // users) while the user already sends to its aggregator, which would

@@ -17,8 +17,9 @@ import (
 // whose owner answers, users are answered as those answers arrive (at
 // rounds only to acknowledge their counters, or when idle); on a key that
 // has as many users as Config.AggregateAbove a user is told to use
-// aggregators (once, and again while it sends here) and is no longer told
-// more here. Caller holds s.mu.
+// aggregators (once, and again while it sends here: the notice, not an
+// answer, acknowledges its counter) and is no longer told more here.
+// Caller holds s.mu.
 func (s *Syncer) aggOthersLocked(k aggKey, o *ownedKey, name string, sub *ownerSub, others uint64, now time.Duration) (uint64, bool) {
 	st := &s.owner.agg
 	if a := sub.agg; a != nil && a.heard != 0 && now-a.heard <= s.activeTTL() {
@@ -50,15 +51,19 @@ func (s *Syncer) aggOthersLocked(k aggKey, o *ownedKey, name string, sub *ownerS
 	if sub.agg == nil {
 		sub.agg = &aggSub{}
 	}
-	told := others
-	if sub.agg.switched {
-		told = sub.sent // what it hears is its aggregator's now
-	}
-	if !sub.agg.switched || sub.needAck {
+	first := !sub.agg.switched
+	if first || sub.needAck {
 		sub.agg.switched = true
 		s.aggNoticeLocked(name, k)
 	}
-	return told, false
+	if first {
+		return others, false // and a last answer, if the budget allows, till its aggregator's
+	}
+	// The notice acknowledges its counter (aggNoticesLocked) and it hears
+	// the key from its aggregator now: no answer. A user whose notice was
+	// lost sends here again and is told again.
+	sub.needAck = false
+	return sub.sent, true
 }
 
 // aggHotLocked reports whether this node, as the owner of aggregate k (o),
