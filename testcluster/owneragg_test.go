@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicelabs/sluice/gossip"
 )
 
 // Aggregation before the owner (gossip/owneragg.go) in real in-process
@@ -92,6 +94,35 @@ func TestOwnerAggregationHoldsTheLimit(t *testing.T) {
 	t.Logf("%d nodes: admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); owner %s %s", n, got, elapsed, want, 100*float64(got)/want, owner, ost)
 	if math.Abs(float64(got)-want) > 0.05*want {
 		t.Fatalf("admitted %d, want %.0f ± 5%%", got, want)
+	}
+}
+
+// TestOwnerAggregationMixedCluster: a rolling upgrade. With one member of
+// an earlier version (protocol 2: owner mode; 3: owner mode with shares,
+// no aggregation) in the cluster, no node aggregates a key every node
+// hammers, and old and new nodes hold the limit together within 5%.
+func TestOwnerAggregationMixedCluster(t *testing.T) {
+	n := aggSize()
+	for _, v := range []uint8{2, 3} {
+		t.Run(fmt.Sprintf("one node of protocol %d", v), func(t *testing.T) {
+			c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner", AggregateAbove: aggAbove,
+				Old: map[int]uint8{n / 2: v}})
+			const key = "agg-mixed-key"
+			const secs = 4
+			start := time.Now()
+			got := drive(c, "api", key, evenLoad(n, 500), secs*time.Second)
+			elapsed := time.Since(start).Seconds()
+			want := 100 + 100*elapsed
+			t.Logf("%d nodes, node %d of protocol %d: admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%)", n, n/2, v, got, elapsed, want, 100*float64(got)/want)
+			for i := range n {
+				if st := c.Node(i).Daemon().Syncer().AggStats(); st != (gossip.AggStats{}) {
+					t.Errorf("node %d aggregates beside a node of protocol %d: %+v", i, v, st)
+				}
+			}
+			if math.Abs(float64(got)-want) > 0.05*want {
+				t.Fatalf("admitted %d, want %.0f ± 5%%", got, want)
+			}
+		})
 	}
 }
 
