@@ -151,10 +151,13 @@ func TestOwnerAggregationConverges(t *testing.T) {
 		lags = append(lags, float64(lag)/float64(iv))
 	}
 	slices.Sort(lags)
-	p50, p99 := lags[len(lags)/2], lags[len(lags)*99/100]
-	t.Logf("%d nodes, aggregated: convergence in gossip intervals of %s over %d probes: p50 %.2f, p99 %.2f, max %.2f", n, iv, probes, p50, p99, lags[len(lags)-1])
-	if p99 > 8 {
-		t.Fatalf("p99 convergence %.2f intervals; want about 2-3 (asserted ≤ 8)", p99)
+	p50, p90, p99 := lags[len(lags)/2], lags[len(lags)*9/10], lags[len(lags)*99/100]
+	t.Logf("%d nodes, aggregated: convergence in gossip intervals of %s over %d probes: p50 %.2f, p90 %.2f, p99 %.2f, max %.2f", n, iv, probes, p50, p90, p99, lags[len(lags)-1])
+	// The p99 of 40 probes is their slowest: on a loaded machine, a
+	// scheduler's stall (12.4 intervals once at a load average of 17). As
+	// TestOwnerModeConverges, the assertion takes the p50 and p90.
+	if p50 > 3 || p90 > 6 {
+		t.Fatalf("convergence p50 %.2f, p90 %.2f intervals; want about 2 (asserted p50 ≤ 3, p90 ≤ 6)", p50, p90)
 	}
 }
 
