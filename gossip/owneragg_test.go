@@ -189,6 +189,16 @@ func TestGroupCountersAreBoundedAndOnlyFromAggregators(t *testing.T) {
 	if sub := o.subs[aggGroupPrefix+agg]; sub == nil || o.total != sub.contrib {
 		t.Fatalf("the group is not counted apart from %s's own consumption: %+v", agg, o.subs)
 	}
+	// The rings disagree for a moment (a member died): agg is no aggregator
+	// of the key on this node's ring any more. Its group, counted already,
+	// is counted on (its users' consumption is not lost); a stranger's is not.
+	s.owner.agg.counts[[2]string{"api", key}].n[agg] = 0
+	if got, ok := count(agg, 2, 0, 5, 20*time.Second); !ok || got != 5 {
+		t.Fatalf("the group of an aggregator the ring no longer names: counted %d (%v), want 5", got, ok)
+	}
+	if _, ok := count(stranger, 1, 0, 5, 20*time.Second); ok {
+		t.Fatalf("a group counter from %s, no aggregator of the key, was counted after a ring change", stranger)
+	}
 }
 
 // A user told to aggregate starts its first subscription on the

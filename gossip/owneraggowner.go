@@ -214,6 +214,18 @@ func (s *Syncer) groupCountLocked(bounded bool, a Allowance, origin string, c Co
 	}
 	users := s.aggUsersLocked(c.Rule, c.Key, origin)
 	if users == 0 {
+		// Not an aggregator of the key on this node's ring. One whose group
+		// this aggregate counts already (its ring and this node's disagree
+		// for a moment: a member died or joined) is counted on, as the
+		// largest group at most, until its users move and the group goes
+		// idle: refused, what its users had it forward would be lost.
+		if o := s.owner.mine[k]; o != nil {
+			if g := o.subs[aggGroupPrefix+origin]; g != nil && g.agg != nil {
+				users = max(1, s.owner.agg.counts[[2]string{c.Rule, c.Key}].most)
+			}
+		}
+	}
+	if users == 0 {
 		s.suspectLocked(origin, c, "a group counter from a member that is no aggregator of the key", c.Used, 0)
 		return 0, k, false
 	}

@@ -20,8 +20,8 @@ const aggAbove = 4
 // aggSize is the cluster size of the aggregation tests: a ring of at least
 // 8 members, 4 aggregators per key.
 func aggSize() int {
-	if testing.Short() {
-		return 12
+	if testing.Short() || raceEnabled {
+		return 12 // 20 daemons gossiping every 20 ms under the race detector starve two cores
 	}
 	return 20
 }
