@@ -35,4 +35,7 @@ func (m *metrics) registerPeerMetrics(s *gossip.Syncer) {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_gossip_unknown_counters_total",
 		Help: "Peers' counters of rules this node does not have, or of keys longer than it accepts: neither charged nor remembered."},
 		func() float64 { return float64(st.UnknownCounters.Load()) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_gossip_deferred_reports_total",
+		Help: "Reports of origins not (yet) members here that the allowance all non-members share for a key could not pay, though the origin's own could: the rest is charged once the origin is a member and reports it again or a push-pull lists it."},
+		func() float64 { return float64(st.DeferredReports.Load()) }))
 }

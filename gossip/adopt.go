@@ -58,38 +58,51 @@ func (s *Syncer) mergeState(b []byte) {
 			}
 		}
 	}
-	adopted := make(map[[2]string]bool)
+	adopted := make(map[[2]string]explanation)
 	for _, e := range entries {
 		k := [2]string{e.c.Rule, e.c.Key}
-		balance, spent := e.balance, false
+		balance, ex := e.balance, explanation{whole: true} // a ledger that does not bound takes it whole
 		if a, ok := allow[k]; ok {
-			balance, spent = s.adoptBound(bounded, a, origin, e, listed[k], now)
+			if balance, ex = s.adoptBound(bounded, a, origin, e, listed[k], now); len(ex.paid) == 0 {
+				// Nothing explained: the ledger takes nothing. (Handed back
+				// its own balance, read a moment ago, it would "lower" it by
+				// the refill since and report a change.)
+				continue
+			}
 		}
 		// Counters whose consumption was paid for are accounted for here even
 		// when the ledger took nothing (its balance was already as low); for
 		// a window, only when it took the balance (it refuses one of a window
 		// it has left, whose consumption may still count).
-		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) || (spent && e.c.Window == 0) {
-			adopted[k] = true
+		if s.ledger.Adopt(e.c.Rule, e.c.Key, e.c.Window, balance) || (len(ex.paid) > 0 && e.c.Window == 0) {
+			adopted[k] = ex
 		}
 	}
 	var charges []charge
 	s.mu.Lock()
 	for _, e := range entries {
-		if adopted[[2]string{e.c.Rule, e.c.Key}] {
+		ex, ok := adopted[[2]string{e.c.Rule, e.c.Key}]
+		if ok && ex.whole {
 			s.baselineLocked(origin, e.c)
 			continue
 		}
-		tokens, _, sr := s.applyLocked(origin, e.c)
+		// Taken short of the peer's balance: what the counters paid is
+		// heard, and the rest of the peer's own counter is charged as if
+		// the key had not been adopted (the others' when their packets come).
+		for _, p := range ex.paid {
+			s.accountLocked(p.origin, p.c, p.tokens)
+		}
+		h, _, sr := s.hearLocked(origin, e.c)
+		tokens := h.tokens()
 		if a, ok := allow[[2]string{e.c.Rule, e.c.Key}]; ok && tokens > 0 {
-			tokens = s.boundLocked(sr, a, origin, e.c, tokens, now)
+			tokens = s.boundLocked(sr, a, origin, e.c, h, now)
 		}
 		if tokens > 0 {
 			charges = append(charges, charge{e.c.Rule, e.c.Key, e.c.Window, tokens})
 		}
 	}
 	for _, e := range seen {
-		if e.origin != s.self && adopted[[2]string{e.c.Rule, e.c.Key}] {
+		if ex, ok := adopted[[2]string{e.c.Rule, e.c.Key}]; ok && ex.whole && e.origin != s.self {
 			s.baselineLocked(e.origin, e.c)
 		}
 	}
@@ -97,10 +110,27 @@ func (s *Syncer) mergeState(b []byte) {
 	s.charge(charges)
 }
 
+// explanation is what the counters of a state's entry paid for
+// (adoptBound): each counter's part that this node had not heard and its
+// origin's allowance paid, and whether together they explain the whole
+// gap down to the peer's balance, which is then taken as it is (with
+// every counter the peer lists: all are in it). Short of that, only the
+// parts paid are in the balance taken, and only they are heard here.
+type explanation struct {
+	paid  []paidCounter
+	whole bool
+}
+
+// paidCounter is tokens of origin's counter c paid for by a state.
+type paidCounter struct {
+	origin string
+	c      Counter
+	tokens uint64
+}
+
 // adoptBound returns the balance this node may take from origin's state
-// entry e, and whether it spent allowances on it (for a bucket, the
-// entry's counters are then accounted for here whether or not the ledger
-// took the balance).
+// entry e, and what the counters paid for (for a bucket, what they paid is
+// accounted for here whether or not the ledger took the balance).
 //
 // A peer's balance below this node's is consumption the peer has charged
 // and this node has not: the part of each counter it lists (its own, e,
@@ -115,7 +145,9 @@ func (s *Syncer) mergeState(b []byte) {
 //
 // What the counters do not explain is not taken: this node's balance is
 // then the better one (a peer that learned of consumption late lost the
-// refill meanwhile). Beyond one burst it is counted as suspicious.
+// refill meanwhile). Beyond one burst (and, from a peer back from a
+// partition, the rate for as long as it was away) it is counted as
+// suspicious.
 //
 // The peer's balance lacks the consumption this node has charged and the
 // peer has not heard (after a partition heals, each side's balance lacks
@@ -125,34 +157,47 @@ func (s *Syncer) mergeState(b []byte) {
 // and a later honest state was then "deeper than its counters explain".
 // What this takes off can lower the balance taken only as far as the
 // listed counters explain.
-func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e stateEntry, listed []seenEntry, now time.Duration) (float64, bool) {
+func (s *Syncer) adoptBound(bounded BoundedLedger, a Allowance, origin string, e stateEntry, listed []seenEntry, now time.Duration) (float64, explanation) {
 	here, own := bounded.Balance(e.c.Rule, e.c.Key)
 	if math.IsInf(here, 0) || math.IsNaN(here) { // no such rule
-		return e.balance, false
+		return e.balance, explanation{}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	theirs := e.balance - float64(s.unheardLocked(origin, own, e.c, listed))
 	gap := here - theirs
 	if !(gap > 0) { // not lower (or NaN): the ledger takes nothing
-		return e.balance, false
+		return e.balance, explanation{}
 	}
-	explained := float64(s.explainLocked(a, origin, e.c, gap, now))
+	var ex explanation
+	explained := 0.0
+	explain := func(name string, c Counter) {
+		if paid := s.explainLocked(a, name, c, gap-explained, now); paid > 0 {
+			explained += float64(paid)
+			ex.paid = append(ex.paid, paidCounter{name, c, paid})
+		}
+	}
+	explain(origin, e.c)
 	for _, l := range listed {
 		if explained >= gap {
 			break
 		}
 		if l.origin != s.self && s.memberLocked(l.origin) {
-			explained += float64(s.explainLocked(a, l.origin, l.c, gap-explained, now))
+			explain(l.origin, l.c)
 		}
 	}
+	ex.whole = explained >= gap
 	// Suspicion is of what the peer claims, not of what it has not heard
 	// of this node's own (a pruned counter, a member that joined late).
-	if unexplained := here - e.balance - explained; unexplained > a.Burst {
+	// A peer back from a partition honestly lies lower by up to what its
+	// side admitted beyond this one's: a burst and the rate for as long as
+	// it was away (each node's bucket sat full, losing the refill, until
+	// it heard the other side's consumption).
+	if unexplained := here - e.balance - explained; unexplained > a.Burst+a.PerSecond*s.awayLocked(origin, now).Seconds() {
 		s.suspectLocked(origin, e.c, "push-pull balance below what its counters explain",
 			uint64(min(unexplained, math.MaxUint64/2)), uint64(explained))
 	}
-	return max(theirs, here-explained), explained > 0
+	return max(theirs, here-explained), ex
 }
 
 // unheardLocked is the consumption of c's key this node has charged or
@@ -194,8 +239,9 @@ func (s *Syncer) unheardLocked(peer string, own Counter, c Counter, listed []see
 // In the generation held, both ends are unheard: what lies above the range
 // charged here, and what lies below it (this node first heard of the
 // counter midway, its first packets lost or sent before the origin knew
-// this node as a member); once the balance is taken, baselineLocked marks
-// the whole counter accounted for. Caller holds s.mu.
+// this node as a member); once the balance is taken, accountLocked marks
+// what was paid accounted for (baselineLocked the whole counter when the
+// peer's balance was taken whole). Caller holds s.mu.
 func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float64, now time.Duration) uint64 {
 	k := counterKey{origin, c.Rule, c.Key}
 	sr := s.seen[k]
@@ -219,7 +265,35 @@ func (s *Syncer) explainLocked(a Allowance, origin string, c Counter, want float
 		// taken (baselineLocked records it).
 		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}})
 	}
-	return s.takeLocked(sr, a, origin, c, min(unheard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
+	give, _ := s.takeLocked(sr, a, origin, c, min(unheard, uint64(min(math.Ceil(want), math.MaxUint64/2))), now)
+	return give
+}
+
+// accountLocked records that tokens of origin's counter c that this node
+// had not heard are in a balance it took (explainLocked paid them): the
+// part above the range heard first, then the part below it, as
+// explainLocked counted them. The rest stays unheard, to be charged when a
+// packet brings it. Caller holds s.mu.
+func (s *Syncer) accountLocked(origin string, c Counter, tokens uint64) {
+	k := counterKey{origin, c.Rule, c.Key}
+	sr := s.seen[k]
+	if sr == nil { // evicted since explainLocked remembered it: nothing heard
+		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}})
+	}
+	sr.touched = true
+	g := sr.gen(c)
+	if g == nil {
+		if compareGen(c.Epoch, c.Window, sr.cur.epoch, sr.cur.window) < 0 {
+			return // older than the generation held: explainLocked paid nothing of it
+		}
+		sr.place(genRange{epoch: c.Epoch, window: c.Window, lo: c.Used, hi: c.Used}) // heard from its start: all below
+		g = &sr.cur
+	}
+	above := min(tokens, c.Used-min(c.Used, g.hi))
+	g.hi += above
+	if rest := tokens - above; rest > 0 && g == &sr.cur {
+		g.lo -= min(rest, g.lo)
+	}
 }
 
 // memberLocked reports whether name is a member this node knows, alive or

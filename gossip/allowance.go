@@ -141,19 +141,28 @@ type strangerAllowance struct {
 
 // takeLocked charges up to tokens of origin's counter c against the
 // origin's allowance for c's key, held in sr, at now (see allowance.take),
-// and returns what may be charged. A name that is not a member this node
-// knows (alive or gone) is charged against its own allowance and also
-// against the one that every such name shares for the key: the names a
-// peer may make up are unbounded, so each must not bring a key a new
-// allowance (a packet naming a hundred made-up origins cost a key a
-// hundred allowances), and a member's counters heard before it joined
-// have spent its own allowance all the same. A member's first counters can
-// arrive before this node has seen it join; they share that allowance
-// until it has. Caller holds s.mu.
-func (s *Syncer) takeLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
+// and returns what may be charged, and whether what was not is short only
+// because of the allowance non-members share (deferred, below). A name
+// that is not a member this node knows (alive or gone) is charged against
+// its own allowance and also against the one that every such name shares
+// for the key: the names a peer may make up are unbounded, so each must
+// not bring a key a new allowance (a packet naming a hundred made-up
+// origins cost a key a hundred allowances), and a member's counters heard
+// before it joined have spent its own allowance all the same. A member's
+// first counters can arrive before this node has seen it join (a node
+// restarted under its old name is still a member to its peers, which send
+// it their counters at once); they share that allowance until it has.
+//
+// deferred reports that the origin's own allowance would have paid all of
+// tokens and only the shared one fell short: an honest member not yet seen
+// to join, as likely as a made-up name. The caller leaves that part
+// unheard (seenRange.unhear), to be charged from the member's own
+// allowance when it is one (a resend, a push-pull), and does not count it
+// as suspicious. Caller holds s.mu.
+func (s *Syncer) takeLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) (give uint64, deferred bool) {
 	away := s.awayLocked(origin, now)
 	if s.memberLocked(origin) {
-		return sr.allow.take(a, tokens, now, away)
+		return sr.allow.take(a, tokens, now, away), false
 	}
 	k := [2]string{c.Rule, c.Key}
 	st := s.strangers[k]
@@ -171,7 +180,9 @@ func (s *Syncer) takeLocked(sr *seenRange, a Allowance, origin string, c Counter
 		s.strangers[k] = st
 	}
 	st.touched = true
-	return sr.allow.take(a, st.allow.take(a, tokens, now, away), now, away)
+	shared := st.allow.take(a, tokens, now, away)
+	give = sr.allow.take(a, shared, now, away)
+	return give, give == shared && give < tokens && sr.allow.credit >= float64(tokens-give)
 }
 
 // pruneStrangersLocked forgets the shared allowances no counter drew on

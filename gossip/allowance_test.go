@@ -405,6 +405,12 @@ func TestAdoptedBalanceIsBoundedByItsCounters(t *testing.T) {
 			own: Counter{Used: 300}, want: -200 - 400},
 		{name: "a peer that heard all of this node's own", mine: 30, balance: 10, own: Counter{Used: 60},
 			listed: []seenEntry{{origin: "me", c: Counter{Used: 30}}}, want: 10},
+		// A partition heals: both sides' buckets sat full until they heard
+		// the other's consumption, the peer's side admitted less, so its
+		// balance lies lower with nothing unheard. Not taken, and not
+		// suspicious within what its side could have admitted while away.
+		{name: "back from a partition, lower with nothing unheard", away: 30 * time.Second, balance: -500,
+			own: Counter{Prev: 300, Used: 300}, heard: []Counter{{Used: 300}}, want: -200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -636,7 +642,7 @@ func TestBoundingAllocatesNothing(t *testing.T) {
 	a := Allowance{Burst: 100, PerSecond: 100}
 	if n := testing.AllocsPerRun(1000, func() {
 		clk.add(20 * time.Millisecond) // 2 tokens refill, 1 is charged: never clamped
-		if s.boundLocked(sr, a, "peer", c, 1, s.sinceBorn()) != 1 {
+		if s.boundLocked(sr, a, "peer", c, heard{above: 1}, s.sinceBorn()) != 1 {
 			t.Fatal("clamped")
 		}
 	}); n != 0 {

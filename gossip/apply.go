@@ -55,7 +55,11 @@ func (s *Syncer) receive(b []byte) {
 	var stamped bool
 	check := func(from string, at uint64, ok bool) error {
 		sender, sentAt, stamped = from, at, ok
-		return s.checkStampLocked(from, at, ok)
+		err := s.checkStampLocked(from, at, ok)
+		if err == nil {
+			s.heardFromLocked(from) // away.go
+		}
+		return err
 	}
 	s.mu.Lock()
 	owner := s.ownerModeLocked()
@@ -73,7 +77,8 @@ func (s *Syncer) receive(b []byte) {
 		if !ok {
 			return
 		}
-		tokens, news, sr := s.applyLocked(origin, c)
+		h, news, sr := s.hearLocked(origin, c)
+		tokens := h.tokens()
 		if origin == sender {
 			s.askRepairLocked(sender, sr, c, a, bounded != nil)
 		}
@@ -83,7 +88,7 @@ func (s *Syncer) receive(b []byte) {
 			if stamped && origin == sender {
 				at = s.originTimeLocked(origin, sentAt, nowNanos)
 			}
-			give := s.boundLocked(sr, a, origin, c, tokens, at)
+			give := s.boundLocked(sr, a, origin, c, h, at)
 			clamped, tokens = give < tokens, give
 		}
 		if tokens > 0 {
@@ -129,31 +134,28 @@ func (s *Syncer) admitLocked(bounded BoundedLedger, origin string, c Counter, no
 	return a, true
 }
 
-// boundLocked clamps tokens, newly heard from origin for c's key, to what
-// the origin could have admitted since it was last heard (see allowance),
-// counting the report as suspicious when it claims more. Caller holds s.mu.
-func (s *Syncer) boundLocked(sr *seenRange, a Allowance, origin string, c Counter, tokens uint64, now time.Duration) uint64 {
-	give := s.takeLocked(sr, a, origin, c, tokens, now)
+// boundLocked clamps what origin's counter c newly brought here (h, just
+// recorded in sr by hearLocked) to what the origin could have admitted
+// since it was last heard (see allowance), counting the report as
+// suspicious when it claims more, and returns what may be charged. What is
+// not charged is taken back out of the range (seenRange.unhear): it is not
+// heard, so a later report or a push-pull may still charge it, from the
+// allowance as it then stands. A non-member's report that only the
+// allowance non-members share could not pay (see takeLocked) is deferred
+// so, and counted in Stats.DeferredReports rather than as suspicious.
+// Caller holds s.mu.
+func (s *Syncer) boundLocked(sr *seenRange, a Allowance, origin string, c Counter, h heard, now time.Duration) uint64 {
+	tokens := h.tokens()
+	give, deferred := s.takeLocked(sr, a, origin, c, tokens, now)
 	if give < tokens {
-		s.suspectLocked(origin, c, "more than the origin could have admitted", tokens, give)
+		sr.unhear(c, h, tokens-give)
+		if deferred {
+			s.stats.DeferredReports.Add(1)
+		} else {
+			s.suspectLocked(origin, c, "more than the origin could have admitted", tokens, give)
+		}
 	}
 	return give
-}
-
-// awayLocked is how long origin was away from this node (dead to it, or cut
-// off) before it last rejoined, if it rejoined within rejoinGrace, or how
-// long it has been away if it is still listed as failed: on its own side it
-// could have admitted the rate for that long, and its first reports after
-// the partition heals carry it (its counters can arrive before this node
-// sees it rejoin). 0 for an origin that was never away. Caller holds s.mu.
-func (s *Syncer) awayLocked(origin string, now time.Duration) time.Duration {
-	if r, ok := s.rejoined[origin]; ok && now-r.at < rejoinGrace {
-		return r.away
-	}
-	if f, ok := s.failed[origin]; ok {
-		return max(0, s.clock().Sub(f.since))
-	}
-	return 0
 }
 
 func (s *Syncer) charge(charges []charge) {

@@ -20,7 +20,8 @@ type rejoin struct{ at, away time.Duration }
 type failedMember struct {
 	addr  string
 	since time.Time
-	left  bool // it said it was leaving; otherwise memberlist declared it dead
+	heard time.Time // when its counters were last heard here (zero: never; see goneSinceLocked)
+	left  bool      // it said it was leaving; otherwise memberlist declared it dead
 }
 
 // reconnectGiveUp is how long a member that went away is tried again.
@@ -76,7 +77,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 			e.rejoined = map[string]rejoin{}
 		}
 		if _, ok := e.rejoined[n.Name]; ok || len(e.rejoined) < maxOrigins {
-			e.rejoined[n.Name] = rejoin{at: (*Syncer)(e).sinceBorn(), away: (*Syncer)(e).clock().Sub(f.since)}
+			e.rejoined[n.Name] = rejoin{at: (*Syncer)(e).sinceBorn(), away: max(0, (*Syncer)(e).clock().Sub((*Syncer)(e).goneSinceLocked(f)))}
 		}
 	}
 	delete(e.failed, n.Name)
@@ -116,7 +117,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		(*Syncer)(e).removePeerLocked(n.Name)
 	}
 	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
-		e.failed[n.Name] = failedMember{addr: n.Address(), since: (*Syncer)(e).clock(), left: left}
+		e.failed[n.Name] = failedMember{addr: n.Address(), since: (*Syncer)(e).clock(), heard: e.heardAt[n.Name], left: left}
 	}
 	(*Syncer)(e).rebuildSendersLocked()
 	e.mu.Unlock()

@@ -63,9 +63,26 @@ func (sr *seenRange) place(g genRange) {
 	sr.hasOld = true
 }
 
+// heard is what a counter added to the range charged of it: the tokens
+// above the range as it was, and those below it.
+type heard struct{ above, below uint64 }
+
+// tokens is what the counter brought that was not yet charged here.
+func (h heard) tokens() uint64 { return h.above + h.below }
+
 // applyLocked records an origin's counter and returns the tokens not yet
 // charged here, whether it told this node anything new, and the origin's
-// entry for the key. Caller holds s.mu.
+// entry for the key (see hearLocked). Caller holds s.mu.
+func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool, sr *seenRange) {
+	h, news, sr := s.hearLocked(origin, c)
+	return h.tokens(), news, sr
+}
+
+// hearLocked records an origin's counter and returns what it added to the
+// range held of it (the tokens not yet charged here), whether it told this
+// node anything new, and the origin's entry for the key. What is then not
+// charged of it (clamped by the origin's allowance) is taken back out with
+// unhear. Caller holds s.mu.
 //
 // A counter of a generation not held (see compareGen) starts a range and
 // charges what its packet names, Used−Prev, as a first sighting does,
@@ -73,28 +90,46 @@ func (sr *seenRange) place(g genRange) {
 // of an earlier window or bucket is real consumption (the ledger drops
 // what belongs to a window that no longer matters), and a forged newer
 // one cannot make this node ignore the origin's real counters.
-func (s *Syncer) applyLocked(origin string, c Counter) (charge uint64, news bool, sr *seenRange) {
+func (s *Syncer) hearLocked(origin string, c Counter) (h heard, news bool, sr *seenRange) {
 	k := counterKey{origin, c.Rule, c.Key}
 	sr = s.seen[k]
 	if sr == nil {
 		sr = s.rememberLocked(k, seenRange{cur: genRange{epoch: c.Epoch, window: c.Window, lo: c.Prev, hi: c.Used}})
-		return c.Used - c.Prev, true, sr
+		return heard{above: c.Used - c.Prev}, true, sr
 	}
 	sr.touched = true
 	g := sr.gen(c)
 	if g == nil {
 		sr.place(genRange{epoch: c.Epoch, window: c.Window, lo: c.Prev, hi: c.Used})
-		return c.Used - c.Prev, true, sr
+		return heard{above: c.Used - c.Prev}, true, sr
 	}
 	if c.Used > g.hi {
-		charge += c.Used - g.hi // everything above hi is new, gaps included
+		h.above = c.Used - g.hi // everything above hi is new, gaps included
 		g.hi, news = c.Used, true
 	}
 	if c.Prev < g.lo {
-		charge += min(c.Used, g.lo) - c.Prev
+		h.below = min(c.Used, g.lo) - c.Prev
 		g.lo, news = c.Prev, true
 	}
-	return charge, news, sr
+	return h, news, sr
+}
+
+// unhear takes the part of what c added to its range (h) that was not
+// charged, clamped tokens, back out of the range, from its top: that part
+// stays unheard, so a later report of the counter (a resend, the next
+// packet) or a push-pull's balance (explainLocked) may still charge it
+// once its origin's allowance pays. Recording it as heard left a node that
+// heard its peers' counters before it saw them join (clamped against the
+// allowance non-members share) undercharged for good. What is charged of
+// a counter stays at most what it counts, once.
+func (sr *seenRange) unhear(c Counter, h heard, clamped uint64) {
+	g := sr.gen(c)
+	if g == nil || clamped == 0 {
+		return
+	}
+	top := min(clamped, h.above)
+	g.hi -= top
+	g.lo += min(clamped-top, h.below)
 }
 
 // rememberLocked adds a seen range, evicting a random one at the cap, and
@@ -131,6 +166,7 @@ func (s *Syncer) pruneSeen() {
 	}
 	s.pruneStrangersLocked()
 	s.pruneOffsetsLocked()
+	s.pruneHeardLocked()
 	now := s.sinceBorn()
 	for name, r := range s.rejoined {
 		if now-r.at >= rejoinGrace {

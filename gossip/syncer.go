@@ -38,6 +38,9 @@ type Syncer struct {
 	// offsets holds, per member, how far its stamps run ahead of this
 	// node's clock (see originTimeLocked); under mu.
 	offsets map[string]int64
+	// heardAt holds, per member, when its counters or state were last
+	// heard here (see away.go); under mu.
+	heardAt map[string]time.Time
 	meta    []byte
 	rnd     *rand.Rand
 
@@ -136,6 +139,12 @@ type Stats struct {
 	// ahead of this node's clock, or a push-pull balance deeper than one
 	// burst of debt (see Syncer.Suspicious for them by origin).
 	SuspiciousReports atomic.Uint64
+	// DeferredReports counts reports of origins that are not members here
+	// that the allowance all non-members share for a key could not pay
+	// though the origin's own could (a member's counters heard before this
+	// node saw it join): the rest is left unheard, charged when the origin
+	// is a member and reports it again or a push-pull lists it.
+	DeferredReports atomic.Uint64
 	// UnknownCounters counts counters of rules this node does not have, or
 	// of keys longer than it accepts: neither charged nor remembered.
 	UnknownCounters atomic.Uint64

@@ -3,11 +3,11 @@ package testcluster
 import (
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
 	"github.com/sluicelabs/sluice/gossip"
@@ -50,6 +50,20 @@ func assertNoneClamped(c *Cluster, report func(format string, args ...any)) {
 	}
 }
 
+// warnings returns a logger that keeps every node's warnings (a clamped
+// report names its origin, what it claimed and what was allowed), and
+// logs them through t if the test fails.
+func warnings(t *testing.T) hclog.Logger {
+	t.Helper()
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the nodes' warnings:\n%s", logs.String())
+		}
+	})
+	return hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn, TimeFormat: "15:04:05.000"})
+}
+
 const fourPerSecond = "rules:\n  four:\n    rate: 4/1s\n"
 
 // The seed scenario: 3 nodes share a 4/s limit; 12 requests spread over the
@@ -83,33 +97,40 @@ func TestSeedScenario(t *testing.T) {
 // drive offers load to the cluster for d: perNode[i] requests per second on
 // node i, paced, bounded in time and count. It returns the admitted count.
 func drive(c *Cluster, rule, key string, perNode []int, d time.Duration) int {
-	var admitted sync.WaitGroup
+	admitted, _ := driveOffered(c, rule, key, perNode, d)
+	return admitted
+}
+
+// driveOffered is drive, also returning how many requests it offered: on a
+// loaded machine its tickers drop ticks and it offers less than asked.
+func driveOffered(c *Cluster, rule, key string, perNode []int, d time.Duration) (admitted, offered int) {
+	var wg sync.WaitGroup
 	var mu sync.Mutex
-	total := 0
 	deadline := time.Now().Add(d)
 	for i, rate := range perNode {
 		if rate == 0 {
 			continue
 		}
-		admitted.Add(1)
+		wg.Add(1)
 		go func() {
-			defer admitted.Done()
+			defer wg.Done()
 			tick := time.NewTicker(time.Second / time.Duration(rate))
 			defer tick.Stop()
-			n := 0
-			for sent := 0; sent < rate*int(d/time.Second+1) && time.Now().Before(deadline); sent++ {
+			n, sent := 0, 0
+			for ; sent < rate*int(d/time.Second+1) && time.Now().Before(deadline); sent++ {
 				<-tick.C
 				if dec := c.Allow(i, rule, key, 1); dec.Allowed && !dec.FailedOpen {
 					n++
 				}
 			}
 			mu.Lock()
-			total += n
+			admitted += n
+			offered += sent
 			mu.Unlock()
 		}()
 	}
-	admitted.Wait()
-	return total
+	wg.Wait()
+	return admitted, offered
 }
 
 // Skewed saturating load: cluster-wide admissions stay within 10% of
@@ -206,12 +227,7 @@ func TestPartitionEachSideEnforcesThenConverges(t *testing.T) {
 // A crashed node leaves the others deciding; restarted, it learns the
 // debts it missed from its peers' state at join.
 func TestCrashAndRestartRelearnsDebts(t *testing.T) {
-	if os.Getenv("SLUICE_RUN_QUARANTINED") == "" {
-		t.Skip("quarantined (SLUICE_RUN_QUARANTINED=1 runs it): a restarted node that hears its peers' counters " +
-			"before it sees them join can stay undercharged (clamped against the allowance non-members share, yet " +
-			"recorded as heard, so push-pull never adopts the debt); failed in 2 of the last 4 full runs; issue 14")
-	}
-	c := start(t, Options{N: 3, Rules: "rules:\n  slow:\n    rate: 10/1m\n", GossipInterval: 20 * time.Millisecond})
+	c := start(t, Options{N: 3, Rules: "rules:\n  slow:\n    rate: 10/1m\n", GossipInterval: 20 * time.Millisecond, Logger: warnings(t)})
 	if err := c.Crash(2); err != nil {
 		t.Fatal(err)
 	}
@@ -270,15 +286,28 @@ func TestGracefulLeaveAndMetadata(t *testing.T) {
 // after healing all five are members again and consumption reaches them all.
 func TestFiveNodesCrashAndPartitionUnderLoad(t *testing.T) {
 	c := start(t, Options{N: 5, GossipInterval: 20 * time.Millisecond, PushPullInterval: 500 * time.Millisecond,
-		Rules: "rules:\n  api:\n    rate: 100/1s\n  slow:\n    rate: 10/1m\n"})
+		Rules: "rules:\n  api:\n    rate: 100/1s\n  glacial:\n    rate: 10/1h\n", Logger: warnings(t)})
 	if err := c.WaitMembers(5, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	within := func(what string, got, limit int) {
+	// within checks what a drive admitted against the limit: never more
+	// than 15% above it; and no more than 10% below it when the load was
+	// offered. A loaded machine's tickers drop ticks: offered less than 90%
+	// of the load asked for (which is well above the limit), the driver's
+	// gaps leave refill unused and the count measures the machine, so the
+	// lower bound is then only logged.
+	within := func(what string, got, offered, asked, limit int) {
 		t.Helper()
-		t.Logf("%s: admitted %d, the limit allows %d", what, got, limit)
-		if float64(got) < 0.9*float64(limit) || float64(got) > 1.15*float64(limit) {
-			t.Errorf("%s: admitted %d, want within -10%%/+15%% of %d", what, got, limit)
+		t.Logf("%s: admitted %d, the limit allows %d (offered %d of %d asked)", what, got, limit, offered, asked)
+		if float64(got) > 1.15*float64(limit) {
+			t.Errorf("%s: admitted %d, want at most +15%% of %d", what, got, limit)
+		}
+		if float64(got) < 0.9*float64(limit) {
+			if float64(offered) >= 0.9*float64(asked) {
+				t.Errorf("%s: admitted %d, want at least -10%% of %d", what, got, limit)
+			} else {
+				t.Logf("%s: the machine offered only %d of %d requests: the lower bound is not asserted", what, offered, asked)
+			}
 		}
 	}
 
@@ -290,11 +319,11 @@ func TestFiveNodesCrashAndPartitionUnderLoad(t *testing.T) {
 		<-time.After(time.Second)
 		crashed <- c.Crash(4)
 	}()
-	admitted := drive(c, "api", "crash-key", []int{100, 100, 100, 50, 50}, secs*time.Second)
+	admitted, offered := driveOffered(c, "api", "crash-key", []int{100, 100, 100, 50, 50}, secs*time.Second)
 	if err := <-crashed; err != nil {
 		t.Fatal(err)
 	}
-	within("five nodes, one crashing", admitted, 100+100*secs)
+	within("five nodes, one crashing", admitted, offered, 400*secs, 100+100*secs)
 	if d := c.Allow(4, "api", "crash-key", 1); !d.FailedOpen {
 		t.Errorf("a call to the crashed node was decided: %+v", d)
 	}
@@ -312,29 +341,32 @@ func TestFiveNodesCrashAndPartitionUnderLoad(t *testing.T) {
 	}, func() string { return "the sides to declare each other dead" }); err != nil {
 		t.Fatal(err)
 	}
-	var big, small int
+	var big, small, bigOffered, smallOffered int
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		big = drive(c, "api", "split-key", []int{100, 100, 100, 0, 0}, secs*time.Second)
+		big, bigOffered = driveOffered(c, "api", "split-key", []int{100, 100, 100, 0, 0}, secs*time.Second)
 	}()
 	go func() {
 		defer wg.Done()
-		small = drive(c, "api", "split-key", []int{0, 0, 0, 150, 150}, secs*time.Second)
+		small, smallOffered = driveOffered(c, "api", "split-key", []int{0, 0, 0, 150, 150}, secs*time.Second)
 	}()
 	wg.Wait()
-	within("three-node side", big, 100+100*secs)
-	within("two-node side", small, 100+100*secs)
+	within("three-node side", big, bigOffered, 300*secs, 100+100*secs)
+	within("two-node side", small, smallOffered, 300*secs, 100+100*secs)
 
 	c.Heal()
 	if err := c.WaitMembers(5, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// Every node shows all 5 tokens taken on node 3. The rule refills a
+	// token per 6 minutes, so a node that heard them a few seconds late
+	// (a loaded machine) still shows them: at 10/1m, 0.6 s late was too late.
 	for range 5 {
-		c.Allow(3, "slow", "after-heal", 1)
+		c.Allow(3, "glacial", "after-heal", 1)
 	}
-	if err := c.WaitBalances("slow", "after-heal", 15*time.Second, func(_ int, b float64) bool { return b < 5.1 }); err != nil {
+	if err := c.WaitBalances("glacial", "after-heal", 15*time.Second, func(_ int, b float64) bool { return b < 5.1 }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -304,8 +304,6 @@ func TestDNSSplitClusterHealsByResolvingTheNameAgain(t *testing.T) {
 // yet): each pod serves decisions on its own, retrying the join; once the
 // name lists them, they form one cluster.
 func TestDNSNameEmptyAtFirstThenListingThePods(t *testing.T) {
-	quarantined(t, "twice in about eight full runs a node heard a peer's counter (its origins list it) yet its "+
-		"balance did not show it for 30 s (no clamp logged); cause not found; issue 14")
 	d := newDNSLab(t)
 	var hosts []*netnstest.Host
 	var nodes []*netnsNode
