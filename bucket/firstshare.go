@@ -10,13 +10,19 @@ import (
 // burst on every node before any gossip arrived: N bursts in the first
 // interval (issue 20: 1,120-1,170 admitted in the first second on 10
 // nodes against 200 allowed). So a bucket starts with a hold: for the hold
-// after it was created, this daemon admits of it at most its share of the
-// burst, Burst/members, plus the rate for the time since it was created
-// (what it could admit alone at the rate), beside the bucket's own
-// balance. The hold is one propagation delay: by its end this daemon has
-// heard what the others admitted meanwhile, and its balance says the rest.
-// A node that hears nobody (lost packets, a partition) is held back only
-// for the hold: it then admits its full balance, erring toward admitting.
+// after it was created, this daemon admits of it at most its share of
+// what the cluster may admit meanwhile, (Burst + the rate for the time
+// since it was created) / members, beside the bucket's own balance. A
+// share below one token (more members than the burst) is rounded up or
+// down at random, once per bucket, so that the cluster's expected
+// admission is that amount whatever its size (a node new to a key that
+// calls it once is admitted with probability share). The hold is one
+// propagation delay: by its end this daemon has heard what the others
+// admitted meanwhile, and its balance says the rest; in owner mode it ends
+// as soon as the key's owner answers (SetOwnerView), which a held take asks
+// for (share.go). A node that hears nobody (lost packets, a partition) is
+// held back only for the hold: it then admits its full balance, erring
+// toward admitting.
 //
 // The hold applies to buckets created by a decision or by a peer's charge;
 // one created by adopting a peer's balance (push-pull) has heard the
@@ -51,11 +57,11 @@ func (s *Store) heldBack(st *state, t *tracking, lim Limit, cost int64, now time
 		st.setShareClock(0) // the hold is over; the fair floor starts at the next use
 		return false, 0
 	}
-	share := math.Ceil(float64(lim.burst)/float64(members)) + float64(age)/float64(lim.nanosPerToken)
-	over := float64(t.used) + float64(cost) - share
+	share := (float64(lim.burst) + float64(age)/float64(lim.nanosPerToken)) / float64(members)
+	over := float64(t.used) + float64(cost) - math.Floor(share+s.offset(t.epoch))
 	if over <= 0 {
 		return false, 0
 	}
-	wait := time.Duration(min(over*float64(lim.nanosPerToken), float64(hold-age)))
+	wait := time.Duration(min(over*float64(lim.nanosPerToken)*float64(members), float64(hold-age)))
 	return true, max(wait, 1)
 }

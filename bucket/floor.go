@@ -20,7 +20,9 @@ import "time"
 // member below zero, where contention keeps it; a deeper debt is paid back
 // as before. The floors of all
 // members together are below the rate, so the long-run total stays
-// burst + rate × T. A node alone in its cluster has no floor, and
+// burst + rate × T. With an owner's view of the key (share.go) the
+// floor is shared by the key's users instead, and stands aside when they
+// outnumber the burst's tokens. A node alone in its cluster has no floor, and
 // windowed algorithms, reservations (MaxDelay) and multi-check decisions
 // are not floored.
 
@@ -43,8 +45,8 @@ const floorSlack = 4
 // that down. (Down to the rate for one propagation delay was tried: a
 // first contact's debt was then repaid at 5% of the rate, 110% of the
 // limit over 5 s at 10 nodes and 200 ms.) The caller holds the shard's lock.
-func (s *Store) floorAdmits(st *state, lim Limit, balance float64, now time.Time) bool {
-	members := s.firstMembers.Load()
+func (s *Store) floorAdmits(st *state, lim Limit, balance float64, f floorOf, now time.Time) bool {
+	members := f.members
 	if members <= 1 || lim.algo.Windowed() {
 		return false
 	}
@@ -53,12 +55,32 @@ func (s *Store) floorAdmits(st *state, lim Limit, balance float64, now time.Time
 	case floor < 0: // held to its first share: no floor yet
 		return false
 	case floor == 0: // the floor starts at this node's first use: no credit for the time before
-		st.setShareClock(now.UnixNano() + int64(floorPer(lim, members)))
+		st.setShareClock(now.UnixNano() + int64(f.phase*floorPer(lim, members)))
 		return false
 	case floor > now.UnixNano():
 		return false
 	}
-	return balance > -float64(s.firstMembers.Load())-1
+	return balance > f.depth
+}
+
+// floorOf is who a key's floor is shared with and how: members is how many
+// share the key (the cluster's size, or the users an owner counts:
+// share.go); the floor's first token is due phase (in (0, 1]) of a spacing
+// after this node's first use; depth is the deepest balance the floor
+// admits at (below, a debt to pay back).
+type floorOf struct {
+	members int64
+	phase   float64
+	depth   float64
+}
+
+// clusterFloor is the floor of a key without an owner's view: shared by
+// the cluster's members, starting a spacing after the first use, admitting
+// down to a token per member below zero (each may take one before hearing
+// of the others).
+func (s *Store) clusterFloor() floorOf {
+	m := s.firstMembers.Load()
+	return floorOf{members: m, phase: 1, depth: -float64(m) - 1}
 }
 
 // floorPer is the floor's spacing of one token, in nanoseconds.
@@ -74,8 +96,8 @@ func floorPer(lim Limit, members int64) float64 {
 // seconds, not only in the long run). The long-run total does not depend
 // on it: floors admit only while the balance is near zero. The caller
 // holds the shard's lock.
-func (s *Store) advanceFloor(st *state, lim Limit, cost int64, now time.Time) {
-	members := s.firstMembers.Load()
+func (s *Store) advanceFloor(st *state, lim Limit, cost int64, f floorOf, now time.Time) {
+	members, phase := f.members, f.phase
 	floor := st.shareClock()
 	if members <= 1 || lim.algo.Windowed() || floor < 0 {
 		return // no floor: alone, windowed, or held to its first share
@@ -84,7 +106,7 @@ func (s *Store) advanceFloor(st *state, lim Limit, cost int64, now time.Time) {
 	n := now.UnixNano()
 	from := n - int64(floorSlack*per)
 	if floor == 0 {
-		from = n // the floor starts at this node's first use
+		from = n - int64((1-phase)*per) // the floor starts at this node's first use
 	}
 	st.setShareClock(min(max(floor, from)+int64(float64(cost)*per), n+int64(per)))
 }

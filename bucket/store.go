@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -44,6 +45,9 @@ type StoreConfig struct {
 	// predecessor. A daemon passes its start time in nanoseconds, so epochs
 	// also grow across restarts.
 	EpochBase uint64
+	// Seed seeds the store's rounding of shares below one token (share.go).
+	// Stores of one cluster should have different seeds; 0 takes EpochBase.
+	Seed uint64
 }
 
 // Defaults for StoreConfig's zero fields.
@@ -82,6 +86,8 @@ type Store struct {
 	// firstMembers and firstHold hold new buckets to a share of their
 	// burst (see firstshare.go).
 	firstMembers, firstHold atomic.Int64
+	coinSeed                uint64 // see share.go
+	maxViews                int    // per shard (views.go)
 	logs                    logBudget
 }
 
@@ -95,6 +101,8 @@ type shard struct {
 	// leftovers are windows' last consumption not yet drained when their
 	// keys moved on to a new window (windowed algorithms only).
 	leftovers []Consumption
+	// views are the owner's views of the shard's keys that have one (views.go).
+	views viewTable
 }
 
 // record adds local consumption in window (0 for the buckets), putting the
@@ -108,7 +116,7 @@ func (sh *shard) record(sl *slot, cost int64, window uint64) {
 	if t.window != window {
 		if t.used != t.sent { // on the dirty list, and stays there for the new window
 			if len(sh.leftovers) < maxLeftovers {
-				sh.leftovers = append(sh.leftovers, Consumption{NS: sl.ns, Key: sl.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
+				sh.leftovers = append(sh.leftovers, Consumption{NS: sl.ns, Key: sl.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: sentOf(t)})
 			}
 			t.window, t.used, t.sent = window, uint64(cost), 0
 			return
@@ -156,6 +164,8 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	s.epochs.Store(cfg.EpochBase)
 	s.logs.max = cfg.MaxLogBytes
+	s.coinSeed = mix64(cmp.Or(cfg.Seed, cfg.EpochBase) ^ 0x243f6a8885a308d3)
+	s.maxViews = maxViewsFor(s.shardCap)
 	for i := range s.shards {
 		s.shards[i].slots = make([]slot, minTable)
 	}
@@ -207,13 +217,27 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	st := sl.stateFor(lim)
 	if _, held := st.heldSince(); held && s.track && !lim.algo.Windowed() {
 		if held, wait := s.heldBack(st, sl.tracked(), lim, cost, now); held {
+			sh.touch(sl, lim) // ask for the cluster's view of the key (share.go)
 			r, _ = st.decide(lim, cost, 0, false, now)
 			r.Allowed, r.RetryAfter = false, max(r.RetryAfter, wait)
 			sh.mu.Unlock()
 			return r, false, nil
 		}
 	}
+	var v view
+	viewed := false
+	if s.track && l.maxWait == 0 && len(sh.views.m) > 0 && !lim.algo.Windowed() {
+		v, viewed = sh.views.fresh(sl.tracked().epoch, now)
+	}
 	switch {
+	case viewed: // this node's share of the owner's view decides (share.go)
+		r, _ = st.decide(lim, cost, 0, false, now)
+		if s.shareDecides(v, sl.tracked(), lim, cost, now) {
+			st.charge(lim, cost, 0, now)
+			r.Allowed, r.RetryAfter = true, 0
+		} else {
+			r.Allowed, r.RetryAfter = false, max(r.RetryAfter, time.Duration(float64(cost)*lim.nanosPerToken))
+		}
 	case lim.algo == AlgoTokenBucket && l == leeway{}:
 		r = (*Bucket)(st).Take(lim, cost, now) // the common case, called directly
 	case lim.algo == AlgoGCRA && l == leeway{}:
@@ -224,13 +248,21 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 		r, soft = st.decide(lim, cost, l.overdraft, true, now)
 	}
 	if s.track {
-		if !r.Allowed && l.maxWait == 0 && s.floorAdmits(st, lim, st.balance(lim, now), now) {
+		f, floored := s.clusterFloor(), true
+		if viewed {
+			f, floored = s.viewFloor(v, sl.tracked(), lim) // share.go
+		}
+		if !r.Allowed && l.maxWait == 0 && floored && s.floorAdmits(st, lim, s.floorBalance(v, viewed, st, sl.tracked(), lim, now), f, now) {
 			st.charge(lim, cost, 0, now) // below its fair floor: admitted, charged all the same
 			r = Result{Allowed: true, Limit: r.Limit, ResetAfter: r.ResetAfter}
 		}
 		if r.Allowed {
-			s.advanceFloor(st, lim, cost, now)
+			if floored {
+				s.advanceFloor(st, lim, cost, f, now)
+			}
 			sh.record(sl, cost, st.window(lim, now))
+		} else if s.firstMembers.Load() > 1 {
+			sh.touch(sl, lim) // keeps this node hearing of a key it is refused (share.go)
 		}
 	}
 	s.attachLog(sl)
@@ -346,8 +378,8 @@ func (s *Store) DrainDirty(fn func(Consumption)) {
 		for j := range sh.dirty {
 			d := &sh.dirty[j]
 			t := d.tracking()
-			fn(Consumption{NS: d.ns, Key: d.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent})
-			t.sent = t.used
+			fn(Consumption{NS: d.ns, Key: d.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: sentOf(t)})
+			t.sent = t.used // and a touch's mark cleared
 			sh.dirty[j] = dirtyKey{}
 		}
 		sh.dirty = sh.dirty[:0]
@@ -436,7 +468,7 @@ func (s *Store) Local(ns Namespace, key []byte) (Consumption, bool) {
 	defer sh.mu.Unlock()
 	if sl := sh.get(h, ns, key); sl != nil && s.track {
 		t := sl.tracked()
-		return Consumption{NS: ns, Key: sl.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: t.sent}, true
+		return Consumption{NS: ns, Key: sl.key(), Epoch: t.epoch, Window: t.window, Used: t.used, Prev: sentOf(t)}, true
 	}
 	return Consumption{}, false
 }
@@ -485,6 +517,7 @@ func (s *Store) Sweep(now time.Time) int {
 			return true
 		})
 		sh.shrink()
+		sh.views.expire(now)
 		sh.mu.Unlock()
 	}
 	s.evictions.Add(uint64(evicted))

@@ -303,6 +303,9 @@ func (sh *shard) shrink() {
 func (sh *shard) removeAt(i int) {
 	t := sh.slots
 	t[i].st.log.release()
+	if len(sh.views.m) > 0 { // a store with views tracks: the slot has a block
+		sh.views.forget(t[i].tracked().epoch)
+	}
 	n := len(t)
 	for j := i; ; {
 		if j++; j == n {

@@ -34,10 +34,10 @@ type Config struct {
 	// members memberlist suspects (see gossip.CensusSink). Nil: none is
 	// counted suspect. The daemon installs nothing process-wide.
 	Census *gossip.CensusSink
-	// NoFirstShare turns off first contact's hold and the fair floor
-	// (bucket/firstshare.go, bucket/floor.go): every node then decides a
-	// new key on a full bucket, as before issue 20 (tests of that
-	// behaviour use it).
+	// NoFirstShare turns off first contact's hold, the fair floor and
+	// owner mode's shares (bucket/firstshare.go, bucket/floor.go,
+	// bucket/share.go): every node then decides a new key on a full
+	// bucket, as before issue 20 (tests of that behaviour use it).
 	NoFirstShare bool
 }
 

@@ -43,14 +43,17 @@ func (s *Syncer) round() {
 		transmits = retransmits(others + 1)
 	}
 	for _, c := range own {
-		if !s.staleLocked(c) { // consumption a reset forgave is not reported
+		if !s.staleLocked(c) && s.ownSendLocked(c, owner) { // consumption a reset forgave is not reported; touches: ownershare.go
 			s.queueLocked(s.self, c, ownTransmits(c, transmits))
 		}
 	}
 	if owner {
 		out := s.ownerRoundLocked()
+		self := s.owner.selfViews
+		s.owner.selfViews = nil
 		s.mu.Unlock()
 		s.sendOwner(out)
+		s.tellViews(self) // ownershare.go
 		return
 	}
 	if len(s.pending) == 0 || others == 0 {

@@ -137,11 +137,13 @@ type aggKey struct {
 
 // ownedKey is an owner's aggregate for one key.
 type ownedKey struct {
-	born  time.Duration // since the syncer's birth
-	heard time.Duration // the last contribution, since the syncer's birth
-	total uint64
-	subs  map[string]*ownerSub
-	dirty bool // a contribution arrived since the last answers
+	born    time.Duration // since the syncer's birth
+	heard   time.Duration // the last contribution, since the syncer's birth
+	total   uint64
+	subs    map[string]*ownerSub
+	dirty   bool    // a contribution arrived since the last answers
+	users   uint64  // contributors heard lately (ownershare.go)
+	balance float64 // the key's balance here, as of the last answers (NaN: unknown)
 }
 
 // ownerSub is one contributor to an aggregate.
@@ -154,6 +156,7 @@ type ownerSub struct {
 	early     uint8  // answers sent so far, up to ownerFirstAnswers
 	needAck   bool
 	heard     time.Duration // its last counter, since born
+	seen      time.Duration // its last counter or touch (ownershare.go)
 	answered  time.Duration // its last answer, since born
 	allow     allowance
 	agg       *aggSub // aggregation (owneragg.go); nil: none
@@ -183,9 +186,11 @@ type ownerState struct {
 	// answered, the round of the first such send; failover, per key sent to
 	// its replica, the round that began (see ownerFailover). Each at most
 	// MaxSeen entries.
-	waiting  map[[2]string]uint64
-	failover map[[2]string]failover
-	agg      aggState // aggregation before the owner (owneragg.go)
+	waiting   map[[2]string]uint64
+	failover  map[[2]string]failover
+	lastOwn   map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
+	selfViews []keyView                   // views for this node's own ledger: of keys it owns and uses, and owners lost
+	agg       aggState                    // aggregation before the owner (owneragg.go)
 }
 
 // failover is a key's counters sent to the replica instead of owner since
@@ -390,6 +395,7 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 		st.failover[k] = failover{at: st.round, owner: owner}
 		delete(st.waiting, k)
 		owner = replica
+		s.ownerLostLocked(rule, key) // ownershare.go
 	}
 	return owner
 }
@@ -429,8 +435,14 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			continue
 		}
 		o.dirty = false
-		for name, sub := range inOrder(s.simRand(), o.subs, compareNames) {
-			if now-sub.heard > s.subTTL() {
+		s.countUsersLocked(k, o, now)
+		views := s.aggViewsLocked(k, o) // owneragg.go
+		users := o.users
+		if !views {
+			users = 0
+		}
+		for name, sub := range s.answerOrderLocked(o.subs, budget) { // ownerorder.go
+			if now-sub.lastHeard() > s.subTTL() {
 				delete(o.subs, name)
 				s.owner.subs--
 				continue
@@ -439,10 +451,13 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			if skip {
 				continue
 			}
+			if name == s.self && views {
+				s.selfViewLocked(k, o) // this node's own share (ownershare.go)
+			}
 			if name == s.self || (others == sub.sent && !sub.needAck) {
 				continue
 			}
-			if now-sub.heard > s.activeTTL() && now-sub.answered < ownerIdlePush {
+			if now-sub.heard > s.activeTTL() && now-sub.answered < ownerIdlePush && !sub.needAck { // a touch is answered at once (ownershare.go)
 				o.dirty = true // an idle contributor's turn comes later
 				continue
 			}
@@ -454,11 +469,11 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 			sub.answered = now
 			w := writers[name]
 			if w == nil {
-				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at}
+				w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at, users: readsUsers(s.peers[name])}
 				writers[name] = w
 			}
 			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.answerPrev(),
-				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi})
+				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi, users: users, balance: o.balance})
 			sub.sent, sub.needAck = others, false
 		}
 		if len(o.subs) == 0 && now-o.heard > s.cfg.SeenTTL {
@@ -583,7 +598,7 @@ func (s *Syncer) aggregateOwnLocked(c Counter, now time.Duration) {
 	d := c.Used - c.Prev
 	sub.contrib += d
 	o.total += d
-	sub.heard, o.heard = now, now
+	sub.heard, sub.seen, o.heard = now, now, now
 	o.dirty = o.dirty || d > 0
 }
 
@@ -598,7 +613,7 @@ func (s *Syncer) aggregateLocked(bounded bool, a Allowance, origin string, c Cou
 	if sub == nil {
 		return 0
 	}
-	sub.heard, sub.needAck, o.dirty, o.heard = now, true, true, now
+	heardFromLocked(o, sub, c, now)
 	switch {
 	case c.Epoch < sub.epoch:
 		return 0 // a late counter of an epoch left behind
@@ -633,11 +648,12 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	var charges []charge
+	var users []keyView
 	var err error
 	if kind == msgOwnerCounters {
 		charges, err = s.receiveOwnerCounters(b)
 	} else {
-		charges, err = s.receiveAnswer(b)
+		charges, users, err = s.receiveAnswerViews(b)
 	}
 	if err != nil {
 		s.stats.BadPackets.Add(1)
@@ -645,6 +661,7 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	s.charge(charges)
+	s.tellViews(users)             // after the charges: a view ends a first-contact hold
 	s.sendOwner(s.aggTakeQueued()) // owneragg.go
 }
 
@@ -693,25 +710,25 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 	return charges, err
 }
 
-// receiveAnswer applies an owner's answer: what it adds to what this node
+// receiveAnswerViews applies an owner's answer: what it adds to what this node
 // heard from that aggregate is charged, and the acknowledged part of this
-// node's own counters stops being sent.
-func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
+// node's own counters stops being sent. It returns the charges and the
+// owner's views the answer carries (ownershare.go).
+func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView, err error) {
 	sender, sentAt, answers, err := decodeAnswer(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
-	var charges []charge
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkStampLocked(sender, sentAt, true); err != nil {
-		return nil, fmt.Errorf("owner answer from %.64q: %w", sender, err)
+		return nil, nil, fmt.Errorf("owner answer from %.64q: %w", sender, err)
 	}
 	if !s.ownerModeLocked() {
 		s.stats.IgnoredPackets.Add(1) // in another mode, counters come from their origins
-		return nil, nil
+		return nil, nil, nil
 	}
 	others := max(1, s.othersLocked())
 	for _, a := range answers {
@@ -738,8 +755,11 @@ func (s *Syncer) receiveAnswer(b []byte) ([]charge, error) {
 		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
+		if a.users > 0 {
+			users = append(users, keyView{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: a.balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
+		}
 	}
-	return charges, nil
+	return charges, users, nil
 }
 
 // heardLocked records an answer and returns the tokens it adds. Caller

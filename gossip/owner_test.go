@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -306,6 +307,10 @@ func FuzzDecodeOwnerMessages(f *testing.F) {
 	w.add(ownerAnswer{rule: "api", key: "k", gen: 1, prev: 2, others: 3, ackEpoch: 4, ackUsed: 5})
 	w.add(ownerAnswer{rule: "w", key: "k2", window: 9, gen: 1, others: 3})
 	f.Add(w.packets()[0])
+	w.users = true // entries with the owner's view (ownershare.go)
+	w.add(ownerAnswer{rule: "api", key: "k", gen: 1, prev: 2, others: 3, users: 40, balance: -2.5})
+	w.add(ownerAnswer{rule: "api", key: "k3", gen: 1, users: 1, balance: math.NaN()})
+	f.Add(w.packets()[0])
 	for _, p := range samplePackets() {
 		f.Add(toOwnerPacket(p, 7))
 	}
@@ -330,7 +335,7 @@ func FuzzDecodeOwnerMessages(f *testing.F) {
 			t.Fatalf("re-encoded answer: %q %d %d entries, %v", s2, at2, len(as2), err)
 		}
 		for i := range as {
-			if as[i] != as2[i] {
+			if !sameAnswer(as[i], as2[i]) {
 				t.Fatalf("entry %d: %+v became %+v", i, as[i], as2[i])
 			}
 		}

@@ -647,6 +647,19 @@ func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration)
 	s.owner.agg.fan = append(s.owner.agg.fan, k)
 }
 
+// aggViewsLocked reports whether the answers of aggregate k (o) may carry
+// the owner's view (users and balance, ownershare.go): not when o is a
+// group this node aggregates (its users and balance are the group's, not
+// the key's), nor when this node, as the key's owner, counts aggregators'
+// groups in it (its users are then mostly groups). Aggregated keys' nodes
+// decide on their balance alone. Caller holds s.mu.
+func (s *Syncer) aggViewsLocked(k aggKey, o *ownedKey) bool {
+	if g := s.owner.agg.groups[k]; g != nil && g.o == o {
+		return false
+	}
+	return len(s.owner.agg.groupSubs[k]) == 0
+}
+
 // aggTakeQueued returns what must be sent at once: the answers of groups
 // whose owner answered, and the owner's answers to group counters.
 func (s *Syncer) aggTakeQueued() []ownerOut {

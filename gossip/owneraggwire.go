@@ -44,8 +44,8 @@ const (
 )
 
 // protoAgg is the delegate protocol version of nodes that aggregate before
-// the owner (owneragg.go).
-const protoAgg = 4
+// the owner (owneragg.go): everything of protoOwnerShare, and aggregation.
+const protoAgg = protoOwnerShare + 1
 
 // noticeFields is how many fields a notice's entry has.
 const noticeFields = 8

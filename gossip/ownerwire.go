@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"math"
 
 	mp "github.com/sluicelabs/sluice/internal/msgpackwire"
 )
@@ -11,6 +12,8 @@ import (
 //
 //	to the owner   [4, sender, [origin], [[0, rule, key, epoch, prev, used(, window)], ...], sent_at]
 //	owner answer   [5, sender, [[rule, key, gen, prev, others, ack_epoch, ack_used(, window)], ...], sent_at]
+//	               entries to a receiver that reads views (protoOwnerShare, ownershare.go):
+//	               [rule, key, gen, prev, others, ack_epoch, ack_used, window, users, balance], window 0 included
 //
 // Kind 4 is a counters packet (wire.go) under another kind: the sender's
 // own cumulative counters, for the keys the receiver owns. Its one origin
@@ -25,7 +28,10 @@ import (
 // others−prev; a subscription's first four answers carry the same prev,
 // see ownerfirst.go); ack_epoch and ack_used are the highest of the
 // receiver's own counters the owner has counted (the receiver stops
-// repeating them). Both kinds are sent only to members that advertise
+// repeating them); users and balance, sent only to receivers that
+// advertise protoOwnerShare, are how many nodes use the key lately and its
+// balance at the owner (a float, NaN when unknown). Both kinds are
+// sent only to members that advertise
 // protoOwner; nodes of earlier versions that do receive one ignore it
 // (kinds above 3 are ignored) or, before resets existed, drop it as
 // malformed. Neither is ever relayed.
@@ -50,6 +56,9 @@ type ownerAnswer struct {
 	window            uint64
 	gen, prev, others uint64
 	ackEpoch, ackUsed uint64
+	users             uint64  // 0: not sent (ownershare.go)
+	balance           float64 // with users
+	view              bool    // users and balance are on the wire (10 fields)
 }
 
 // toOwnerPacket turns a counters packet made by packetWriter into an
@@ -78,6 +87,7 @@ type answerWriter struct {
 	limit  int
 	sender string
 	at     uint64 // the instant every packet is stamped with
+	users  bool   // the receiver reads views (entries of 10 fields)
 	body   []byte
 	n      int
 	out    [][]byte
@@ -88,13 +98,23 @@ func (w *answerWriter) add(a ownerAnswer) {
 	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxAnswerEntries) {
 		w.flush()
 	}
-	b := mp.AppendArrayHeader(w.body, entryFields(7, a.window))
+	view := w.users || a.view
+	fields := entryFields(7, a.window)
+	if view {
+		fields = 10
+	}
+	b := mp.AppendArrayHeader(w.body, fields)
 	b = mp.AppendStr(b, a.rule)
 	b = mp.AppendStr(b, a.key)
 	for _, v := range [...]uint64{a.gen, a.prev, a.others, a.ackEpoch, a.ackUsed} {
 		b = mp.AppendUint(b, v)
 	}
-	w.body = appendWindow(b, a.window)
+	if view {
+		b = mp.AppendFloat64(mp.AppendUint(mp.AppendUint(b, a.window), a.users), a.balance)
+	} else {
+		b = appendWindow(b, a.window)
+	}
+	w.body = b
 	w.n++
 }
 
@@ -144,8 +164,8 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 	answers = make([]ownerAnswer, 0, min(n, 64))
 	for range n {
 		m, err := d.ArrayLen()
-		if err != nil || (m != 7 && m != 8) {
-			return fail(orMalformed(err, &d, "entry must have 7 or 8 fields"))
+		if err != nil || (m != 7 && m != 8 && m != 10) {
+			return fail(orMalformed(err, &d, "entry must have 7, 8 or 10 fields"))
 		}
 		var a ownerAnswer
 		if a.rule, err = str(&d, maxRuleLen, "rule"); err != nil {
@@ -162,7 +182,21 @@ func decodeAnswer(b []byte) (sender string, sentAt uint64, answers []ownerAnswer
 		if a.prev > a.others {
 			return fail(d.Fail("prev above others"))
 		}
-		if a.window, err = readWindow(&d, m, 7); err != nil {
+		if m == 10 { // window always, then the owner's view
+			a.view = true
+			if a.window, err = d.Uint(); err != nil {
+				return fail(err)
+			}
+			if a.users, err = d.Uint(); err != nil {
+				return fail(err)
+			}
+			if a.balance, err = d.Float64(); err != nil {
+				return fail(err)
+			}
+			if math.IsInf(a.balance, 0) {
+				return fail(d.Fail("infinite balance"))
+			}
+		} else if a.window, err = readWindow(&d, m, 7); err != nil {
 			return fail(err)
 		}
 		answers = append(answers, a)

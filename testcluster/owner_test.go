@@ -3,8 +3,6 @@ package testcluster
 import (
 	"fmt"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -252,12 +250,10 @@ func TestOwnerModeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs sluiced processes")
 	}
-	bin := filepath.Join(t.TempDir(), "sluiced")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/sluiced").CombinedOutput(); err != nil {
-		t.Fatalf("build sluiced: %v\n%s", err, out)
-	}
 	const n = 4
-	p, err := StartProcs(ProcsOptions{N: n, Sluiced: bin, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"})
+	opts := ProcsOptions{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"}
+	ownerShareBinaries(t, &opts) // SLUICE_OWNERSHARE_MIXED: node 1 of another build (ownershare_test.go)
+	p, err := StartProcs(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

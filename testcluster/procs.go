@@ -25,6 +25,9 @@ type ProcsOptions struct {
 	FanoutLimit    int
 	GossipMode     string   // auto (""), direct, relay or owner
 	Stderr         *os.File // where the daemons log; default: discarded
+	// NodeSluiced, where not empty, is the binary of node i instead of
+	// Sluiced (a rolling upgrade: older and newer daemons in one cluster).
+	NodeSluiced []string
 }
 
 // Procs is a cluster of sluiced processes, as they ship.
@@ -108,13 +111,17 @@ func (p *Procs) startNode(opts ProcsOptions, env []string, rules string, i, firs
 		if i > 0 {
 			args = append(args, "--join", fmt.Sprintf("127.0.0.1:%d", first))
 		}
-		cmd := exec.Command(opts.Sluiced, args...)
+		bin := opts.Sluiced
+		if i < len(opts.NodeSluiced) && opts.NodeSluiced[i] != "" {
+			bin = opts.NodeSluiced[i]
+		}
+		cmd := exec.Command(bin, args...)
 		cmd.Env = env
 		if opts.Stderr != nil {
 			cmd.Stderr = opts.Stderr
 		}
 		if err := cmd.Start(); err != nil {
-			return 0, fmt.Errorf("testcluster: start %s: %w", opts.Sluiced, err)
+			return 0, fmt.Errorf("testcluster: start %s: %w", bin, err)
 		}
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()

@@ -31,11 +31,12 @@ type Config struct {
 	GossipNodes      int           // default 4
 	PushPullInterval time.Duration // default 10 s (memberlist stretches it above 32 members)
 	GossipMode       string        // auto (default), direct, relay or owner
-	AggregateAbove   int           // owner mode: users of a key before they go through aggregators (gossip's default 64; negative: never)
+	AggregateAbove   int           // owner mode: users of a key before they go through aggregators (gossip's default 64, never with FirstShare; negative: never)
 	// FirstShare holds each node's new buckets to burst/Nodes for one
-	// propagation delay and keeps the fair floor, as sluiced does
-	// (bucket.Store.SetFirstShare); off by default, as in testcluster's
-	// in-process clusters.
+	// propagation delay, keeps the fair floor and, in owner mode, each
+	// node's share of the owner's view, as sluiced does
+	// (bucket.Store.SetFirstShare, SetOwnerView); off by default, as in
+	// testcluster's in-process clusters.
 	FirstShare bool
 
 	// Network.

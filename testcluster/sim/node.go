@@ -117,6 +117,16 @@ func (l ledger) Allowance(rule, key string) (gossip.Allowance, bool) {
 	return gossip.Allowance{Burst: float64(lim.Burst()), PerSecond: lim.PerSecond()}, true
 }
 
+var _ gossip.OwnerViewLedger = ledger{}
+
+// OwnerView applies owner mode's views with FirstShare only, as sluiced
+// does (daemon.Config.NoFirstShare turns them off).
+func (l ledger) OwnerView(rule, key string, _ uint64, v gossip.OwnerView) {
+	if lim, ns, ok := l.s.lim.of(rule); ok && l.s.cfg.FirstShare {
+		l.n.store.SetOwnerView(ns, []byte(key), lim, bucket.OwnerView{Users: v.Users, Balance: v.Balance, Epoch: v.AckEpoch, Counted: v.AckUsed, Interval: v.Interval}, l.s.clock())
+	}
+}
+
 func (l ledger) Balance(rule, key string) (float64, gossip.Counter) {
 	lim, ns, ok := l.s.lim.of(rule)
 	if !ok {

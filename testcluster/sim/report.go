@@ -30,11 +30,12 @@ type Report struct {
 	// Accuracy (the hot key; Spread: all keys together).
 	Requests    uint64 // requests offered
 	Admitted    uint64
-	Allowed     float64 // burst + rate × T (Spread: over every key)
-	Accuracy    float64 // Admitted / Allowed
-	FirstSecond uint64  // admitted in the first second
-	WorstWindow float64 // most admitted in any 1 s window beyond burst + rate × 1 s
-	WorstBursts float64 // WorstWindow in bursts
+	Allowed     float64  // burst + rate × T (Spread: over every key)
+	Accuracy    float64  // Admitted / Allowed
+	FirstSecond uint64   // admitted in the first second
+	WorstWindow float64  // most admitted in any 1 s window beyond burst + rate × 1 s
+	WorstBursts float64  // WorstWindow in bursts
+	PerSecond   []uint64 // admitted in each second of the run (hot load)
 	// Balances: the hot key's balance on the live nodes at the end, lowest
 	// and highest, and what the limit leaves after the cluster's admitted
 	// total (burst + rate × T − Admitted, at most burst).
@@ -261,6 +262,12 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 		r.WorstWindow = max(r.WorstWindow, float64(window)-(burst+c.Rate))
 	}
 	r.WorstBursts = r.WorstWindow / burst
+	for i, b := range m.bins {
+		if sec := i * int(binWidth) / int(time.Second); sec < int(math.Ceil(secs)) {
+			r.PerSecond = append(r.PerSecond, make([]uint64, sec+1-len(r.PerSecond))...)
+			r.PerSecond[sec] += b
+		}
+	}
 	var lags []float64
 	r.Convergence.Bound = float64(2*c.GossipInterval+2*(c.Latency+c.Jitter)) / float64(time.Millisecond)
 	if c.mode() == "owner" {
@@ -334,6 +341,9 @@ func (r *Report) Write(w io.Writer) {
 		r.Nodes, r.Mode, r.Scenario, 100*r.Loss, r.Seconds, r.Wall.Round(time.Millisecond), r.CPU.Round(time.Millisecond), r.CPU.Seconds()/r.Seconds)
 	fmt.Fprintf(w, "  admitted %d of %d requests and %.0f allowed: %.1f%%; first second %d; worst 1 s window %+.0f over (%.2f bursts)\n",
 		r.Admitted, r.Requests, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts)
+	if len(r.PerSecond) > 0 {
+		fmt.Fprintf(w, "  admitted per second: %v\n", r.PerSecond)
+	}
 	if r.Churn > 0 {
 		fmt.Fprintf(w, "  churn %g%% of the nodes per minute: %d replaced\n", 100*r.Churn, r.Replaced)
 	}

@@ -103,14 +103,20 @@ func New(cfg Config) (*Sim, error) {
 	return s, nil
 }
 
-// selfNode is the member of slot i, generation gen: addressed by its slot. Forced owner mode advertises
-// gossip's protoAgg (aggregation before the owner); auto mode keeps relaying in the simulator.
+// selfNode is the member of slot i, generation gen: addressed by its slot,
+// advertising the delegate protocol of the simulated mode (ownershare.go).
 func (s *Sim) selfNode(i int, gen uint32) memberlist.Node {
-	n := memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: 1}
-	if s.cfg.GossipMode == "owner" {
-		n.DMax = 4 // gossip's protoAgg: owner shares (3) and aggregation before the owner
+	return memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: s.dmax(i)}
+}
+
+// aggregateAbove is gossip's AggregateAbove: with FirstShare (the owner's
+// views, which do not reach nodes through aggregators yet) never unless
+// set, as sluiced.
+func (s *Sim) aggregateAbove() int {
+	if s.cfg.AggregateAbove == 0 && s.cfg.FirstShare {
+		return -1
 	}
-	return n
+	return s.cfg.AggregateAbove
 }
 
 func nameOf(i int, gen uint32) string {
@@ -124,19 +130,19 @@ func nameOf(i int, gen uint32) string {
 // and a syncer over the simulated membership.
 func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	n := &node{i: i, gen: gen, name: nameOf(i, gen), alive: true}
+	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
 	n.store = bucket.NewStore(bucket.StoreConfig{MaxKeys: max(4096, 4*len(s.keys)), Shards: 1, TrackConsumption: true,
-		EpochBase: uint64(s.clock().UnixNano())})
+		EpochBase: uint64(s.clock().UnixNano()), Seed: seed + 1})
 	if s.cfg.FirstShare {
 		n.store.SetFirstShare(s.cfg.Nodes, firstShareHold(s.cfg))
 	}
 	n.self = s.selfNode(i, gen)
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
-		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, AggregateAbove: s.cfg.AggregateAbove, Rings: s.ringCache()}, ledger{s, n})
+		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, AggregateAbove: s.aggregateAbove(), Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
 	n.syncer = sy
-	seed := s.cfg.Seed*1_000_003 + uint64(i)*65_537 + uint64(gen)
 	if s.table != nil {
 		n.dg, n.ev, err = sy.SimulateShared(membership{s, n}, s.table, s.clock, seed)
 	} else {
@@ -373,12 +379,12 @@ func (s *Sim) ringCache() *gossip.RingCache {
 
 // firstShareHold is sluiced's first-contact hold for the simulated cluster
 // (daemon/firstshare.go): two gossip intervals and 30 ms, plus a round per
-// relay hop above the fan-out limit.
+// relay hop and one per 512 members above the fan-out limit.
 func firstShareHold(c Config) time.Duration {
 	rounds := 2
 	if c.Nodes > c.FanoutLimit && c.GossipMode != "direct" {
 		g := max(c.GossipNodes, 2)
-		rounds += int(math.Ceil(math.Log(float64(c.Nodes)) / math.Log(float64(g))))
+		rounds += int(math.Ceil(math.Log(float64(c.Nodes))/math.Log(float64(g)))) + (c.Nodes+511)/512
 	}
 	return time.Duration(rounds)*c.GossipInterval + 30*time.Millisecond
 }

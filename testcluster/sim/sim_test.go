@@ -18,6 +18,7 @@ func TestSameSeedSameReport(t *testing.T) {
 		{"direct, hot, loss, forming", Config{Nodes: 5, Duration: 3 * time.Second, Loss: 0.1, Rate: 50, JoinSpread: 300 * time.Millisecond}},
 		{"relayed, spread, churn", Config{Nodes: 24, FanoutLimit: 8, GossipMode: "relay", Duration: 3 * time.Second, Scenario: Spread, ChurnPerMinute: 2}},
 		{"owner, hot, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2}},
+		{"owner, hot, shares, loss, churn", Config{Nodes: 120, GossipMode: "owner", Duration: 3 * time.Second, MinPerNode: 5, Loss: 0.05, ChurnPerMinute: 2, FirstShare: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(seed uint64) Report {
@@ -148,6 +149,47 @@ func TestFirstShareKeepsSharesEven(t *testing.T) {
 	}
 	if without.Fairness.Within25 >= with.Fairness.Within25 {
 		t.Errorf("the floor made no difference: %.0f%% without, %.0f%% with", 100*without.Fairness.Within25, 100*with.Fairness.Within25)
+	}
+}
+
+// In owner mode with sluiced's shares (FirstShare: the first-contact hold,
+// the owner's views and each node's share of them), the cluster holds the
+// limit whatever its size, where each node alone would admit a token of
+// its own (without the shares 300 nodes at 20 req/s admit 153% of the
+// limit over 3 s), and shares it evenly under even demand at a few tokens
+// per node per window (the floor, beside the shares, while the burst holds
+// a token per user).
+func TestOwnerSharesHoldTheLimitAndShareIt(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		cfg         Config
+		low, high   float64 // accuracy
+		firstSecond uint64  // at most
+		fairAtLeast float64 // 2 s shares within ±25%, if not 0
+	}{
+		{"300 nodes, 20 req/s each", Config{Nodes: 300, Duration: 3 * time.Second, MinPerNode: 20}, 0.95, 1.03, 210, 0},
+		{"10 nodes, even demand", Config{Nodes: 10, Duration: 10 * time.Second}, 0.97, 1.03, 210, 0.9},
+		{"50 nodes, even demand (2 tokens/s each)", Config{Nodes: 50, Duration: 10 * time.Second}, 0.97, 1.03, 210, 0.85},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Seed, cfg.GossipMode, cfg.FirstShare = 1, "owner", true
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := s.Run()
+			t.Logf("admitted %d of %.0f allowed (%.1f%%), first second %d, fair shares %.0f%%", r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, 100*r.Fairness.Within25)
+			if r.Accuracy < tc.low || r.Accuracy > tc.high {
+				t.Errorf("admitted %.1f%% of the limit, want %.0f-%.0f%%", 100*r.Accuracy, 100*tc.low, 100*tc.high)
+			}
+			if r.FirstSecond > tc.firstSecond {
+				t.Errorf("first second %d, want at most %d", r.FirstSecond, tc.firstSecond)
+			}
+			if r.Fairness.Within25 < tc.fairAtLeast {
+				t.Errorf("%.0f%% of 2 s shares within ±25%%, want at least %.0f%%", 100*r.Fairness.Within25, 100*tc.fairAtLeast)
+			}
+		})
 	}
 }
 
