@@ -28,6 +28,9 @@ func (s *Syncer) receive(b []byte) {
 	case ok && (kind == msgOwnerCounters || kind == msgOwnerAnswer || kind == msgOwnerHeard):
 		s.receiveOwner(kind, b) // owner.go
 		return
+	case ok && kind >= msgAggUsers && kind <= msgAggNotice:
+		s.receiveAgg(kind, b) // owneragg.go
+		return
 	case ok && kind > msgReset:
 		s.stats.IgnoredPackets.Add(1)
 		s.log.Debug("ignored a gossip message of an unknown kind", "kind", kind, "bytes", len(b))

@@ -45,6 +45,10 @@ type Config struct {
 	// (default): direct up to FanoutLimit members, owner beyond when every
 	// member speaks it, else relay.
 	GossipMode string
+	// AggregateAbove is, in owner mode, how many users of one key its owner
+	// holds before it has them go through aggregators (see owneragg.go).
+	// Default DefaultAggregateAbove; negative: never.
+	AggregateAbove int
 	// Rings, if set, shares owner rings between the syncers of one
 	// process (a simulation's); nil: each syncer builds its own.
 	Rings *RingCache
@@ -143,6 +147,9 @@ func (c *Config) setDefaults() error {
 	}
 	if err := checkGossipMode(c.GossipMode); err != nil {
 		return err
+	}
+	if c.AggregateAbove == 0 {
+		c.AggregateAbove = DefaultAggregateAbove
 	}
 	if c.PushPullInterval <= 0 {
 		c.PushPullInterval = DefaultPushPullInterval

@@ -57,6 +57,9 @@ import (
 //   - Memory: the aggregates' contributors and the answers heard are capped
 //     by MaxSeen each, and forgotten after SeenTTL without traffic.
 //
+// A key that many nodes use goes through aggregators before its owner
+// (owneragg.go): its owner then hears from and answers about √N of them.
+//
 // Mode choice (Config.GossipMode): "direct" sends to every member, "relay"
 // to a few that relay, "owner" as above; "auto" (the default) is direct up
 // to FanoutLimit members and owner beyond when every member speaks it
@@ -161,6 +164,7 @@ type ownerSub struct {
 	seen                 time.Duration // its last counter or touch (ownershare.go)
 	answered             time.Duration // its last answer, since born
 	allow                allowance
+	agg                  *aggSub // aggregation (owneragg.go); nil: none
 }
 
 // heardKey is what a node heard from the aggregates of one key.
@@ -195,6 +199,7 @@ type ownerState struct {
 	// toConfirm holds what this node heard and has yet to confirm to the
 	// owners (ownerrepeat.go); at most MaxSeen entries.
 	toConfirm map[heardTo]heardDue
+	agg       aggState // aggregation before the owner (owneragg.go)
 }
 
 // failover is a key's counters sent to the replica (and still to owner)
@@ -329,6 +334,9 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 			s.dropPendingLocked(k)
 			continue
 		}
+		if s.aggSendLocked(k, p, now, maxAge) { // through an aggregator (owneragg.go)
+			continue
+		}
 		owner := s.ownerForLocked(k.rule, k.key)
 		also := s.failoverAlsoLocked(k.rule, k.key, owner) // the owner, while failed over from it (ownerfailover.go)
 		if owner == s.self || owner == "" {
@@ -372,6 +380,7 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 		out = append(out, ownerOut{to: n, packets: packets, counts: counts})
 	}
 	out = append(out, s.answersLocked(now, at)...)
+	out = append(out, s.aggRoundLocked(now, at)...)  // owneragg.go
 	return append(out, s.heardMessagesLocked(at)...) // ownerrepeat.go
 }
 
@@ -449,15 +458,19 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 		}
 		o.dirty = false
 		s.countUsersLocked(k, o, now)
+		users := s.aggViewUsersLocked(k, o)                          // owneragg.go: a group's, the cluster's as its owner told it
 		for name, sub := range s.answerOrderLocked(o.subs, budget) { // ownerorder.go
 			if now-sub.lastHeard() > s.subTTL() {
 				delete(o.subs, name)
 				s.owner.subs--
 				continue
 			}
-			others := o.total - sub.contrib
-			if name == s.self {
-				s.selfViewLocked(k, o) // this node's own share (ownershare.go)
+			if name == s.self && users > 0 {
+				s.selfViewLocked(k, users) // this node's own share (ownershare.go)
+			}
+			others, skip := s.aggOthersLocked(k, o, name, sub, o.total-sub.contrib, now) // owneragg.go
+			if skip {
+				continue
 			}
 			repeat := others == sub.sent && !sub.needAck
 			if name == s.self || (repeat && !s.repeatDueLocked(sub, now)) { // ownerrepeat.go
@@ -484,7 +497,7 @@ func (s *Syncer) answersLocked(now time.Duration, at uint64) []ownerOut {
 				writers[name] = w
 			}
 			w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: sub.answerPrev(),
-				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi, users: o.users, balance: o.balance})
+				others: others, ackEpoch: sub.epoch, ackUsed: sub.hi, users: users, balance: o.balance})
 			sub.sent, sub.needAck = others, false
 		}
 		for _, sub := range o.subs {
@@ -681,7 +694,8 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 		return
 	}
 	s.charge(charges)
-	s.tellViews(users) // after the charges: a view ends a first-contact hold
+	s.tellViews(users)             // after the charges: a view ends a first-contact hold
+	s.sendOwner(s.aggTakeQueued()) // owneragg.go
 }
 
 // receiveOwnerCounters counts a contributor's counters into this node's
@@ -752,10 +766,12 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 	others := max(1, s.othersLocked())
 	for _, a := range answers {
 		owner, replica := s.owner.ring.owners(a.rule, a.key)
-		if sender != owner && sender != replica {
+		fromOwner := sender == owner || sender == replica
+		if !fromOwner && !s.aggAcceptLocked(a.rule, a.key, a.window, sender) { // owneragg.go
 			s.ownerRefused.Add(1)
 			continue
 		}
+		a = s.aggFirstLocked(sender, a, fromOwner)
 		var al Allowance
 		if bounded != nil {
 			var ok bool
@@ -764,11 +780,20 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 				continue
 			}
 		}
-		s.ackFromLocked(a, sender, owner) // ownerfailover.go
-		if tokens := s.heardLocked(sender, a, now, bounded != nil, al, others); tokens > 0 {
+		if fromOwner {
+			s.ackFromLocked(a, sender, owner) // ownerfailover.go
+		} else {
+			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
+		}
+		tokens := s.heardLocked(sender, a, now, bounded != nil, al, others)
+		group := fromOwner && s.aggHeardLocked(a, tokens, now) // owneragg.go
+		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
-		if a.users > 0 {
+		if !fromOwner {
+			s.aggViewHeardLocked(a) // owneragg.go
+		}
+		if a.users > 0 && !group { // a group's view reaches this node's ledger as its users' do (owneragg.go)
 			users = append(users, keyView{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: a.balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
 		}
 	}

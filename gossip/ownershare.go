@@ -146,11 +146,11 @@ func heardFromLocked(o *ownedKey, sub *ownerSub, c Counter, now time.Duration) {
 }
 
 // selfViewLocked notes, for this node's own ledger, the count of users of
-// a key it owns and uses (an owner admits its share too). Caller holds
-// s.mu.
-func (s *Syncer) selfViewLocked(k aggKey, o *ownedKey) {
+// a key it owns (or aggregates, owneragg.go) and uses: it admits its share
+// too. Caller holds s.mu.
+func (s *Syncer) selfViewLocked(k aggKey, users uint64) {
 	if len(s.owner.selfViews) < s.cfg.MaxSeen {
-		s.owner.selfViews = append(s.owner.selfViews, keyView{k.rule, k.key, k.window, OwnerView{Users: o.users, Balance: math.NaN()}})
+		s.owner.selfViews = append(s.owner.selfViews, keyView{k.rule, k.key, k.window, OwnerView{Users: users, Balance: math.NaN()}})
 	}
 }
 
@@ -177,14 +177,17 @@ func (s *Syncer) ownerLostLocked(rule, key string) {
 func (sub *ownerSub) lastHeard() time.Duration { return max(sub.heard, sub.seen) }
 
 // countUsersLocked sets o.users, its contributors heard within the users
-// window of k (this node included when it uses the key), and o.balance,
-// the key's balance here. Caller holds s.mu.
+// window of k (this node included when it uses the key; an aggregator's
+// group counts the users it reported, and a user told to go through
+// aggregators is counted there, owneragg.go), and o.balance, the key's
+// balance here. Caller holds s.mu.
 func (s *Syncer) countUsersLocked(k aggKey, o *ownedKey, now time.Duration) {
 	w := s.usersWindowLocked(k.rule, k.key)
+	grouped := len(s.owner.agg.groupSubs[k]) > 0
 	n := uint64(0)
 	for _, sub := range o.subs {
 		if now-sub.lastHeard() <= w {
-			n++
+			n += aggCountsAs(sub, grouped) // owneragg.go
 		}
 	}
 	o.users = max(n, 1)

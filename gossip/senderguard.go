@@ -341,7 +341,7 @@ func (g *senderGuard) user(b []byte, src netip.AddrPort, book *senderBook) sende
 	if n, err := d.ArrayLen(); err != nil || n < 1 {
 		return senderRefusal{}
 	}
-	if kind, err := d.Uint(); err != nil || (kind != msgCounters && kind != msgOwnerCounters && kind != msgOwnerAnswer && kind != msgOwnerHeard) {
+	if kind, err := d.Uint(); err != nil || (kind != msgCounters && (kind < msgOwnerCounters || kind > msgOwnerHeard)) {
 		return senderRefusal{} // resets and newer kinds: not counters
 	}
 	sender, err := d.Bytes()

@@ -68,4 +68,8 @@ func compareAggKeys(a, b aggKey) int {
 	return cmp.Or(cmp.Compare(a.rule, b.rule), cmp.Compare(a.key, b.key), cmp.Compare(a.window, b.window))
 }
 
+func compareHotKeys(a, b [2]string) int {
+	return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
+}
+
 var compareNames = strings.Compare

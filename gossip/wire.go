@@ -104,8 +104,17 @@ func (w *packetWriter) headerSize(extraOrigin string) int {
 }
 
 // add appends one counter from origin, starting a new packet when it would not fit.
-func (w *packetWriter) add(origin string, c Counter) {
+func (w *packetWriter) add(origin string, c Counter) { w.addEntry(origin, c, 0, false) }
+
+// addEntry is add; with users, the entry carries users after used (a
+// group counter, owneraggwire.go).
+func (w *packetWriter) addEntry(origin string, c Counter, users uint64, withUsers bool) {
 	size := entryOverhead + len(c.Rule) + len(c.Key)
+	base := 6
+	if withUsers {
+		size += 9
+		base = 7
+	}
 	newOrigin := ""
 	if _, ok := w.index[origin]; !ok {
 		newOrigin = origin
@@ -120,13 +129,16 @@ func (w *packetWriter) add(origin string, c Counter) {
 		w.origins = append(w.origins, origin)
 		w.index[origin] = idx
 	}
-	b := mp.AppendArrayHeader(w.body, entryFields(6, c.Window))
+	b := mp.AppendArrayHeader(w.body, entryFields(base, c.Window))
 	b = mp.AppendUint(b, uint64(idx))
 	b = mp.AppendStr(b, c.Rule)
 	b = mp.AppendStr(b, c.Key)
 	b = mp.AppendUint(b, c.Epoch)
 	b = mp.AppendUint(b, c.Prev)
 	b = mp.AppendUint(b, c.Used)
+	if withUsers {
+		b = mp.AppendUint(b, users)
+	}
 	w.body = appendWindow(b, c.Window)
 	w.n++
 }
@@ -182,6 +194,17 @@ func decodeCounters(b []byte, fn func(origin string, c Counter)) (sender string,
 // asks admit (if not nil) whether to apply it, passing its sender and its
 // stamp (see stamp.go); an error from admit is returned and nothing applied.
 func decodeCountersChecked(b []byte, admit func(sender string, sentAt uint64, stamped bool) error, fn func(origin string, c Counter)) (sender string, err error) {
+	return decodeCountersUsers(b, admit, false, func(origin string, c Counter, _ uint64) { fn(origin, c) })
+}
+
+// decodeCountersUsers is decodeCountersChecked; withUsers, every entry
+// carries a users count after used (a group counter, owneraggwire.go),
+// passed to fn.
+func decodeCountersUsers(b []byte, admit func(sender string, sentAt uint64, stamped bool) error, withUsers bool, fn func(origin string, c Counter, users uint64)) (sender string, err error) {
+	base := 6
+	if withUsers {
+		base = 7
+	}
 	d := mp.NewDecoder(b)
 	fields, err := d.ArrayLen()
 	if err != nil || (fields != 4 && fields != 5) {
@@ -210,12 +233,13 @@ func decodeCountersChecked(b []byte, admit func(sender string, sentAt uint64, st
 	type item struct {
 		origin string
 		c      Counter
+		users  uint64
 	}
 	items := make([]item, 0, min(ne, 256))
 	for range ne {
 		m, err := d.ArrayLen()
-		if err != nil || (m != 6 && m != 7) {
-			return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, "entry must have 6 or 7 fields"))
+		if err != nil || (m != base && m != base+1) {
+			return "", fmt.Errorf("counters packet: %w", orMalformed(err, &d, fmt.Sprintf("entry must have %d or %d fields", base, base+1)))
 		}
 		oi, err := d.Uint()
 		if err != nil || oi >= uint64(len(origins)) {
@@ -236,10 +260,16 @@ func decodeCountersChecked(b []byte, admit func(sender string, sentAt uint64, st
 		if c.Prev > c.Used {
 			return "", fmt.Errorf("counters packet: %w", d.Fail("prev above used"))
 		}
-		if c.Window, err = readWindow(&d, m, 6); err != nil {
+		var users uint64
+		if withUsers {
+			if users, err = d.Uint(); err != nil {
+				return "", fmt.Errorf("counters packet: %w", err)
+			}
+		}
+		if c.Window, err = readWindow(&d, m, base); err != nil {
 			return "", fmt.Errorf("counters packet: %w", err)
 		}
-		items = append(items, item{origins[oi], c})
+		items = append(items, item{origins[oi], c, users})
 	}
 	var sentAt uint64
 	if fields == 5 {
@@ -256,7 +286,7 @@ func decodeCountersChecked(b []byte, admit func(sender string, sentAt uint64, st
 		}
 	}
 	for _, it := range items {
-		fn(it.origin, it.c)
+		fn(it.origin, it.c, it.users)
 	}
 	return sender, nil
 }

@@ -42,7 +42,14 @@ type Options struct {
 	FanoutLimit    int
 	GossipNodes    int
 	// GossipMode is gossip's mode (auto, direct, relay, owner); "" is auto.
-	GossipMode       string
+	GossipMode string
+	// AggregateAbove is gossip.Config.AggregateAbove (owner mode: users of
+	// a key before they go through aggregators); 0 is gossip's default.
+	AggregateAbove int
+	// Old lists nodes, by index, that run as an earlier version would: they
+	// advertise that delegate protocol (memberlist's DelegateProtocolMax)
+	// and never aggregate before the owner (a rolling upgrade).
+	Old              map[int]uint8
 	PushPullInterval time.Duration
 	// Key encrypts gossip (16, 24 or 32 bytes). Default: none.
 	Key []byte
@@ -250,6 +257,16 @@ func (n *Node) start(join []string) error {
 			}
 			g.MemberlistConfig = loopbackTimings
 			g.ReconnectInterval = 500 * time.Millisecond
+			if c.opts.AggregateAbove != 0 {
+				g.AggregateAbove = c.opts.AggregateAbove
+			}
+			if v, old := c.opts.Old[n.Index]; old {
+				g.AggregateAbove = -1
+				g.MemberlistConfig = func(m *memberlist.Config) {
+					loopbackTimings(m)
+					m.DelegateProtocolMax = v
+				}
+			}
 		},
 	})
 	if err != nil {

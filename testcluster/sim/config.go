@@ -33,6 +33,7 @@ type Config struct {
 	GossipNodes      int           // default 4
 	PushPullInterval time.Duration // default 10 s (memberlist stretches it above 32 members)
 	GossipMode       string        // auto (default), direct, relay or owner
+	AggregateAbove   int           // owner mode: users of a key before they go through aggregators (gossip's default 64, as sluiced; negative: never)
 	// FirstShare holds each node's new buckets to burst/Nodes for one
 	// propagation delay, keeps the fair floor and, in owner mode, each
 	// node's share of the owner's view, as sluiced does

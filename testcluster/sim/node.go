@@ -80,6 +80,9 @@ func (l ledger) Charge(rule, key string, window, tokens uint64) {
 		return
 	}
 	l.n.store.ChargeWindow(ns, []byte(key), lim, int64(min(tokens, bucket.MaxCost)), window, l.s.clock())
+	if rule == ruleHot {
+		l.s.hotCharged(l.n, tokens) // hotkey.go
+	}
 	if rule == ruleProbe {
 		l.s.probeSeen(l.n, key, tokens, false)
 	}

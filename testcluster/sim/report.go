@@ -44,6 +44,8 @@ type Report struct {
 	Fairness                              Fairness
 	PerNode                               Traffic // per node per second, means
 	PerNodeMax                            Traffic // per node per second, the busiest node
+	HotOwner                              Traffic // per second, the hot key's owner (hotkey.go)
+	HotLag                                Lags    // staleness of the hot key's view (hotkey.go)
 	EstimatedCPU                          float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
 	// Measured on this machine, not repeatable.
 	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
@@ -87,6 +89,7 @@ type Traffic struct {
 // measure accumulates a run's measurements.
 type measure struct {
 	bins    []uint64 // hot admitted per binWidth
+	hot     hotLag   // hotkey.go
 	probes  []*probe
 	byKey   map[string]*probe
 	retired []*node // nodes replaced during the run, for traffic
@@ -288,6 +291,7 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	if m.fairN > 0 {
 		r.Fairness.Within25 /= float64(m.fairN)
 	}
+	s.hotReport(r) // hotkey.go
 	r.CPU = cpu
 	r.SyncerCPU = busy.Seconds() * (cpu.Seconds() / max(wall.Seconds(), 1e-9)) / secs / float64(c.Nodes)
 	r.EstimatedCPU = r.SyncerCPU + (r.PerNode.PacketsSent+r.PerNode.PacketsReceived)*PerPacketCPU.Seconds()
@@ -357,6 +361,13 @@ func (r *Report) Write(w io.Writer) {
 	p, x := r.PerNode, r.PerNodeMax
 	fmt.Fprintf(w, "  per node per second: sent %.0f B in %.0f packets, received %.0f B in %.0f packets, push-pull %.0f B (busiest: %.0f B, %.0f packets sent)\n",
 		p.BytesSent, p.PacketsSent, p.BytesReceived, p.PacketsReceived, p.StateBytes, x.BytesSent, x.PacketsSent)
+	if h := r.HotOwner; h.PacketsSent+h.PacketsReceived > 0 {
+		fmt.Fprintf(w, "  the hot key's owner per second: received %.0f packets (%.0f B), sent %.0f packets (%.0f B)\n",
+			h.PacketsReceived, h.BytesReceived, h.PacketsSent, h.BytesSent)
+	}
+	if l := r.HotLag; l.Probes > 0 {
+		fmt.Fprintf(w, "  hot key staleness (%d samples): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", l.Probes, l.P50, l.P99, l.Max)
+	}
 	fmt.Fprintf(w, "  heap in use at the end: %.0f MB\n", float64(r.Heap)/(1<<20))
 	fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core measured, %.2f%% estimated with %s per packet\n",
 		100*r.SyncerCPU, 100*r.EstimatedCPU, PerPacketCPU)

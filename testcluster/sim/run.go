@@ -112,6 +112,9 @@ func (s *Sim) selfNode(i int, gen uint32) memberlist.Node {
 	return memberlist.Node{Name: nameOf(i, gen), Port: uint16(i), DMax: s.dmax(i)}
 }
 
+// aggregateAbove is gossip's AggregateAbove (0: its default, as sluiced).
+func (s *Sim) aggregateAbove() int { return s.cfg.AggregateAbove }
+
 func nameOf(i int, gen uint32) string {
 	if gen == 0 {
 		return fmt.Sprintf("n%05d", i)
@@ -131,7 +134,7 @@ func (s *Sim) newNode(i int, gen uint32) (*node, error) {
 	}
 	n.self = s.selfNode(i, gen)
 	sy, err := gossip.New(gossip.Config{NodeName: n.name, GossipInterval: s.cfg.GossipInterval, GossipNodes: s.cfg.GossipNodes,
-		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, Rings: s.ringCache()}, ledger{s, n})
+		FanoutLimit: s.cfg.FanoutLimit, PushPullInterval: s.cfg.PushPullInterval, GossipMode: s.cfg.GossipMode, AggregateAbove: s.aggregateAbove(), Rings: s.ringCache()}, ledger{s, n})
 	if err != nil {
 		return nil, fmt.Errorf("sim: node %d: %w", i, err)
 	}
@@ -225,6 +228,7 @@ func (s *Sim) handle(e event) {
 		start := time.Now()
 		n.syncer.Flush()
 		n.busy += time.Since(start)
+		s.hotSample(n) // hotkey.go
 		e.at += int64(s.cfg.GossipInterval)
 		s.push(e)
 	case evPushPull:
@@ -291,6 +295,7 @@ func (s *Sim) request(n *node) {
 	}
 	n.admitted++
 	n.windowAdmitted++
+	s.hotAdmitted(n) // hotkey.go
 	if b := s.bin(); b < len(s.m.bins) && s.cfg.Scenario == Hot {
 		s.m.bins[b]++
 	}

@@ -1,0 +1,995 @@
+package gossip
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Aggregation before the owner: owner mode (owner.go) for a key that many
+// nodes use at once.
+//
+// In owner mode every user of a key sends the key's owner its counter each
+// interval and is answered: the owner of a key that every node hammers
+// receives and sends one packet per user per interval. Once an owner holds
+// Config.AggregateAbove users of a key (and every member speaks protoAgg),
+// it tells each user that sends it a counter to go through aggregators
+// (a notice, kind 8). A key has k aggregators, k the power of two at or
+// above √N on a ring of N members: slot i's aggregator is the member at
+// the i-th aggregation point of the key on the ring, neither the key's
+// owner nor its replica; a user's slot is a hash of the key and its name.
+// A user so told sends its counters (kind 6) to its aggregator instead of
+// the owner, and takes the aggregator's answers. An aggregator keeps the
+// group as an owner keeps an aggregate (its users' counters counted once,
+// each within its origin's allowance, and its own consumption folded in)
+// and forwards, each interval while the group is active, one group counter
+// to the owner (kind 7): the cumulative sum of the group, under an epoch
+// that names the group. The owner counts it in the aggregator's own entry
+// (so that what it tells the aggregator leaves out both the aggregator's
+// own consumption and its group's), within the allowance of the members
+// its ring assigns to that aggregator, and answers it at once (kind 5,
+// acknowledging the group counter); the aggregator charges what the answer
+// adds, adds it to the group's total, and answers its users at once: each
+// is told the owner's view plus the rest of the group. The owner then
+// receives and sends about k packets per interval for the key, and each
+// aggregator about N/k: O(√N). A consumption reaches every user within
+// two intervals (the user's round, the aggregator's round) and two round
+// trips.
+//
+// Numbering: a user's first answer from an aggregator is a new
+// subscription; the aggregator tells it the key's debt as it sees it (as
+// an owner tells a newcomer); a user that already held the key (it came
+// from the owner, or from another aggregator) charges only what that debt
+// exceeds its own, so a switch neither hands out nor charges a burst.
+//
+// Failures: a user whose counters to its aggregator go unanswered for
+// aggFailover rounds moves to the next slot's aggregator (before
+// memberlist declares the aggregator dead), resending what was not
+// acknowledged; the group counter, cumulative, is repeated until the owner
+// acknowledges it, and an aggregator whose owner does not answer fails
+// over to the replica as any user does (owner.go). Unacknowledged
+// consumption of a dead aggregator's group is resent by its users; what it
+// had forwarded and not acknowledged to them is counted twice (the cluster
+// admits less, by one interval of those users, never more).
+//
+// Trust: the owner counts a group counter only from a member (sender
+// guard, stamps), for a key it owns or replicates, from a member its own
+// ring names as an aggregator of the key, and no more than 2(n+m+1) origins'
+// allowances (n the members the ring assigns to that aggregator, m the
+// most it assigns to any aggregator of the key: room for the users of a
+// neighbouring slot that failed over to it, and for the aggregator's own
+// consumption). A hostile member can thus inflate a key by what about 4√N
+// members could admit, no more; a user takes an answer only
+// from its own aggregator on its own ring, bounded as an owner's answer is.
+
+// DefaultAggregateAbove is Config.AggregateAbove's default.
+const DefaultAggregateAbove = 64
+
+// aggGroupPrefix starts the name of an aggregator's group among an owner's
+// contributors (ownedKey.subs), apart from its own consumption: what the
+// owner tells the group leaves out only the group's consumption, and the
+// users' totals continue the owner's numbering (aggFirstLocked).
+const aggGroupPrefix = "\x00group "
+
+// aggMinMembers is the smallest ring on which keys are aggregated.
+const aggMinMembers = 8
+
+// aggFailover is how many rounds a user's counters to its aggregator may go
+// unanswered before it moves to the next slot's aggregator.
+const aggFailover = 8
+
+// aggSubscribeEvery is, in gossip intervals, how often a node resends the
+// counter that subscribes it to its aggregator until it is answered.
+const aggSubscribeEvery = 4
+
+// aggUpFresh is, in gossip intervals, how recently an aggregator must have
+// heard its owner for its users to be answered only as the owner's answers
+// arrive (otherwise they are answered at its rounds too, as an owner
+// answers).
+const aggUpFresh = 2
+
+// aggState is a syncer's aggregation state (part of ownerState); under
+// Syncer.mu.
+type aggState struct {
+	ring    *ownerRing // the ring capable was decided on
+	capable bool       // every member speaks protoAgg, and the ring is large enough
+	// As a user: the keys an owner told this node to aggregate.
+	hot map[[2]string]*aggUse
+	// As an aggregator: the groups it holds, by aggregate.
+	groups    map[aggKey]*aggGroup
+	lastEpoch uint64
+	// As an owner: when each key last had a group counter, and the members
+	// its ring assigns to each aggregator of a key.
+	hotAt  map[[2]string]time.Duration
+	counts map[[2]string]*aggCounts
+	// groupSubs names, per aggregate, the group entries among its
+	// contributors (they are answered as others' group counters arrive).
+	groupSubs map[aggKey]map[string]struct{}
+	// Outgoing: notices to send at the end of the round, counters to
+	// aggregators being written this round, keys whose groups changed and
+	// packets to send as soon as the lock is released.
+	notices map[string][]aggKey
+	answers map[string]*answerWriter
+	writers map[string]*packetWriter
+	fan     []aggKey
+	queued  []ownerOut
+}
+
+// aggUse is a key this node sends through an aggregator.
+type aggUse struct {
+	used    time.Duration // the last counter sent, since the syncer's birth
+	slot    int           // added to its slot: aggregators it failed over from
+	waiting uint64        // the round of the first unanswered send; 0: none
+	// base is the owner's total in its notice, until the first answer on
+	// the aggregated path starts a subscription (baseSet until then).
+	base    uint64
+	baseSet bool
+	// heardFrom is the aggregator that last answered; subAt when this node
+	// last sent it a counter with nothing new to subscribe (see
+	// aggSubscribeLocked).
+	heardFrom string
+	subAt     time.Duration
+	// viewUsers is the largest users count of the views its aggregators
+	// told (0: none yet).
+	viewUsers uint64
+}
+
+// aggViewHeardLocked notes the view (users) of an answer from this node's
+// aggregator (see AggStats). Caller holds s.mu.
+func (s *Syncer) aggViewHeardLocked(a ownerAnswer) {
+	if u := s.owner.agg.hot[[2]string{a.rule, a.key}]; u != nil && a.users > 0 {
+		u.viewUsers = max(u.viewUsers, a.users)
+	}
+}
+
+// aggGroup is a group this node aggregates: o is its aggregate in
+// ownerState.mine, whose total holds the owner's view (up) beside the
+// group's own consumption.
+type aggGroup struct {
+	o     *ownedKey
+	epoch uint64        // names the group in its counters
+	up    uint64        // the owner's others in the owner's numbering: its first answer, then what each adds
+	upSet bool          // the owner answered once
+	acked uint64        // the group's sum the owner acknowledged
+	heard time.Duration // the last counter of a user (or of this node)
+	upAt  time.Duration // the last answer of the owner; -1: none
+	// fanAt is when its users were last answered at once; fanDue that an
+	// owner's answer came within half an interval of it, so its users are
+	// answered at this node's next round instead (at most about two
+	// answers per user per interval from the owner's news).
+	fanAt  time.Duration
+	fanDue bool
+	fwdAt  time.Duration // its group counter was last sent
+	// users is how many nodes use the key, as its owner last told the
+	// group (0: not told yet); its users are told it with this node's
+	// balance, their share's view (ownershare.go). sentUsers is the
+	// group's own count in its last group counter.
+	users, sentUsers uint64
+}
+
+// aggSub is, at an owner, what a contributor's entry holds for
+// aggregation: whether the contributor was told to use aggregators, and the
+// group counters it forwards as an aggregator.
+type aggSub struct {
+	switched  bool
+	epoch, hi uint64
+	heard     time.Duration // the last group counter; 0: none
+	allow     allowance
+	// group marks an aggregator's group entry; users is how many nodes its
+	// last group counter said use the key through it, at most what the
+	// ring assigns the aggregator (groupCountLocked).
+	group bool
+	users uint64
+}
+
+// aggCountsAs is how many users of a key contributor sub stands for in
+// its owner's count (countUsersLocked): an aggregator's group, the users
+// it reported; a user told to go through aggregators while the key has
+// groups, none (its group counts it); any other, one.
+func aggCountsAs(sub *ownerSub, grouped bool) uint64 {
+	switch a := sub.agg; {
+	case a == nil:
+		return 1
+	case a.group:
+		return a.users
+	case a.switched && grouped:
+		return 0
+	}
+	return 1
+}
+
+// aggCounts is, for a key, the members a ring assigns to each aggregator.
+type aggCounts struct {
+	ring *ownerRing
+	n    map[string]int
+	most int // the largest of n
+}
+
+// aggFanIn is how many aggregators a key has on a ring of n members: the
+// power of two at or above √n, at least 2.
+func aggFanIn(n int) int {
+	k := 2
+	for k*k < n {
+		k *= 2
+	}
+	return k
+}
+
+// aggSlot is member name's slot among the k aggregators of the key of hash
+// kh (k a power of two).
+func aggSlot(kh uint64, name string, k int) int {
+	return int(mix64(kh^fnvAdd(fnvOffset, name)) & uint64(k-1))
+}
+
+// aggregatorAt returns slot i's aggregator of the key of hash kh: the first
+// member at or after the slot's point that is neither owner nor replica;
+// "" if every member is one of them.
+func (r *ownerRing) aggregatorAt(kh uint64, i int, owner, replica string) string {
+	if r.size() == 0 {
+		return ""
+	}
+	h := mix64(kh ^ (uint64(i)+1)*0x9e3779b97f4a7c15)
+	at, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.hash, h) })
+	for j := range len(r.points) {
+		if name := r.names[r.points[(at+j)%len(r.points)].node]; name != owner && name != replica {
+			return name
+		}
+	}
+	return ""
+}
+
+// aggregatorFor returns user's aggregator of (rule, key) on r, skip slots
+// on from its own.
+func (r *ownerRing) aggregatorFor(rule, key, user string, skip int) string {
+	owner, replica := r.owners(rule, key)
+	kh := keyHash(rule, key)
+	k := aggFanIn(r.size())
+	return r.aggregatorAt(kh, (aggSlot(kh, user, k)+skip)&(k-1), owner, replica)
+}
+
+// aggCapableLocked reports whether keys may be aggregated now: owner mode,
+// every member advertising protoAgg, at least aggMinMembers members, and
+// aggregation not turned off. Caller holds s.mu.
+func (s *Syncer) aggCapableLocked() bool {
+	if s.cfg.AggregateAbove < 0 || !s.ownerModeLocked() {
+		return false
+	}
+	s.refreshRingLocked()
+	st := &s.owner.agg
+	if st.ring != s.owner.ring {
+		st.ring = s.owner.ring
+		st.capable = st.ring.size() >= aggMinMembers
+		for name, n := range s.peers {
+			if name != s.self && n.DMax < protoAgg {
+				st.capable = false
+				break
+			}
+		}
+	}
+	return st.capable
+}
+
+// aggSendLocked sends this node's pending counter p of key k through an
+// aggregator if an owner told it to (into its own group if it aggregates
+// the key itself), repeated as a counter to the owner is (ownerRoundLocked;
+// maxAge its rounds' limit). It reports whether it took the counter; if
+// not, the caller sends it to the key's owner. Caller holds s.mu.
+func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duration, maxAge int) bool {
+	st := &s.owner.agg
+	u := st.hot[[2]string{k.rule, k.key}]
+	if u == nil || !s.aggCapableLocked() {
+		return false
+	}
+	u.used = now
+	ak := aggKey{k.rule, k.key, k.window}
+	agg := s.self
+	if g := st.groups[ak]; g == nil || g.o != s.owner.mine[ak] {
+		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
+			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
+		}
+		agg = s.owner.ring.aggregatorFor(k.rule, k.key, s.self, u.slot)
+	}
+	switch {
+	case agg == "":
+		return false
+	case agg == s.self:
+		s.aggGroupLocked(ak, now).heard = now
+		s.aggregateOwnLocked(p.c, now)
+		s.dropPendingLocked(k)
+		return true
+	}
+	if _, ok := s.peers[agg]; !ok {
+		return false
+	}
+	p.transmits--
+	if p.transmits < maxAge {
+		s.dropPendingLocked(k) // never acknowledged: its next counter carries it
+		return true
+	}
+	if p.transmits < 0 && -p.transmits%ownerBackoff != 0 {
+		return true
+	}
+	if u.waiting == 0 {
+		u.waiting = s.owner.round
+	}
+	if st.writers == nil {
+		st.writers = map[string]*packetWriter{}
+	}
+	w := st.writers[agg]
+	if w == nil {
+		w = newPacketWriter(s.self, s.cfg.PacketSize)
+		st.writers[agg] = w
+	}
+	w.add(s.self, p.c)
+	return true
+}
+
+// aggSubscribeLocked sends, for each key this node was told to aggregate
+// whose aggregator has not answered it yet (a new key, a failover, a ring
+// change) and that has no counter pending here, its last counter (nothing
+// new in it) to the aggregator, every aggSubscribeEvery intervals until
+// answered: it then hears the key from there (as the owner's answers told
+// it until then) whether or not it admits more. Caller holds s.mu.
+func (s *Syncer) aggSubscribeLocked(now time.Duration) {
+	st := &s.owner.agg
+	bounded, ok := s.ledger.(BoundedLedger)
+	if !ok || len(st.hot) == 0 || !s.aggCapableLocked() {
+		return
+	}
+	for k, u := range inOrder(s.simRand(), st.hot, compareHotKeys) { // simorder.go
+		if now-u.used > s.activeTTL() || now-u.subAt < aggSubscribeEvery*s.cfg.GossipInterval {
+			continue // not in use lately (it subscribes when it uses the key), or just sent
+		}
+		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
+			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
+		}
+		agg := s.owner.ring.aggregatorFor(k[0], k[1], s.self, u.slot)
+		if agg == u.heardFrom && agg != "" {
+			continue
+		}
+		u.subAt = now
+		_, own := bounded.Balance(k[0], k[1])
+		if own.Epoch == 0 {
+			continue // nothing consumed here: nothing to hear until it is
+		}
+		if _, pending := s.pending[pendingKey{counterKey{s.self, k[0], k[1]}, own.Window, own.Epoch}]; pending {
+			continue // sent at this round anyway
+		}
+		if g := st.groups[aggKey{k[0], k[1], own.Window}]; g != nil && g.o == s.owner.mine[aggKey{k[0], k[1], own.Window}] {
+			continue // it hears the key through its own group
+		}
+		if agg == s.self {
+			s.aggGroupLocked(aggKey{k[0], k[1], own.Window}, now).heard = now // it hears the key through its own group
+			u.heardFrom = s.self
+			continue
+		}
+		if agg == "" {
+			continue
+		}
+		if _, ok := s.peers[agg]; !ok {
+			continue
+		}
+		if st.writers == nil {
+			st.writers = map[string]*packetWriter{}
+		}
+		w := st.writers[agg]
+		if w == nil {
+			w = newPacketWriter(s.self, s.cfg.PacketSize)
+			st.writers[agg] = w
+		}
+		w.add(s.self, Counter{Rule: k[0], Key: k[1], Epoch: own.Epoch, Window: own.Window, Prev: own.Used, Used: own.Used})
+		if u.waiting == 0 {
+			u.waiting = s.owner.round // unanswered, it moves to the next slot (aggSendLocked)
+		}
+	}
+}
+
+// aggGroupLocked returns the group this node aggregates of k, making it
+// (and its aggregate, anew) if need be. Caller holds s.mu.
+func (s *Syncer) aggGroupLocked(k aggKey, now time.Duration) *aggGroup {
+	st := &s.owner.agg
+	if g := st.groups[k]; g != nil && g.o != nil && g.o == s.owner.mine[k] {
+		return g
+	}
+	// An aggregate held here before (as the key's owner or replica, before
+	// the ring changed) is not the group's: its contributors resend what it
+	// had not acknowledged to their new owner or aggregator.
+	if o := s.owner.mine[k]; o != nil {
+		s.owner.subs -= len(o.subs)
+		delete(s.owner.mine, k)
+	}
+	o := s.aggregateFor(k)
+	// Not a fresh aggregate: its total holds the owner's view, so a new
+	// user is told the key's debt, not the whole total (newcomerPrevLocked).
+	o.born = s.sinceBorn() - (freshAggregate+1)*s.cfg.GossipInterval
+	st.lastEpoch = max(st.lastEpoch+1, uint64(max(0, s.clock().UnixNano())))
+	g := &aggGroup{o: o, epoch: st.lastEpoch, heard: now, upAt: -1}
+	if st.groups == nil {
+		st.groups = map[aggKey]*aggGroup{}
+	}
+	if len(st.groups) >= s.cfg.MaxSeen {
+		for victim := range inOrder(s.simRand(), st.groups, compareAggKeys) {
+			delete(st.groups, victim)
+			break
+		}
+	}
+	st.groups[k] = g
+	return g
+}
+
+// aggRoundLocked ends an owner-mode round: the counters written to
+// aggregators, the group counters of the groups this node aggregates (to
+// their owners), and the notices queued; and forgets what has been idle
+// for subTTL. Caller holds s.mu.
+func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
+	st := &s.owner.agg
+	s.aggSubscribeLocked(now)
+	for _, g := range st.groups {
+		if g.fanDue {
+			g.fanDue, g.fanAt = false, now // answered by this round's answersLocked
+		}
+	}
+	var out []ownerOut
+	add := func(name string, packets [][]byte, counts []int) {
+		if n, ok := s.peers[name]; ok && len(packets) > 0 {
+			if counts == nil {
+				counts = make([]int, len(packets))
+			}
+			out = append(out, ownerOut{to: n, packets: packets, counts: counts})
+		}
+	}
+	for name, w := range inOrder(s.simRand(), st.writers, compareNames) {
+		packets, counts := w.packets()
+		for i := range packets {
+			packets[i] = toAggPacket(packets[i], at, msgAggUsers)
+		}
+		add(name, packets, counts)
+	}
+	clear(st.writers)
+	groups := map[string]*packetWriter{}
+	capable := s.aggCapableLocked()
+	for k, g := range inOrder(s.simRand(), st.groups, compareAggKeys) {
+		owner, replica := s.owner.ring.owners(k.rule, k.key)
+		switch {
+		case g.o != s.owner.mine[k]:
+			delete(st.groups, k)
+			continue
+		case owner == s.self || replica == s.self || now-g.heard > s.subTTL() || !capable:
+			// This node owns the key now (a new aggregate, which its users'
+			// resent counters fill, as with any new owner), or the group is
+			// idle, or a member that does not aggregate joined (users go to
+			// owners again; what the group had not forwarded is not counted
+			// there: the cluster admits more, by at most an interval of the
+			// group's users): its aggregate, which holds the owner's view,
+			// goes too.
+			s.owner.subs -= len(g.o.subs)
+			delete(s.owner.mine, k)
+			delete(st.groups, k)
+			continue
+		}
+		to, c, users, ok := s.groupCounterLocked(k, g, now)
+		if !ok {
+			continue
+		}
+		w := groups[to]
+		if w == nil {
+			w = newPacketWriter(s.self, s.cfg.PacketSize)
+			groups[to] = w
+		}
+		w.addEntry(s.self, c, users, true)
+	}
+	for name, w := range inOrder(s.simRand(), groups, compareNames) {
+		packets, counts := w.packets()
+		for i := range packets {
+			packets[i] = toAggPacket(packets[i], at, msgAggGroup)
+		}
+		add(name, packets, counts)
+	}
+	s.aggNoticesLocked(at, add)
+	for name, w := range inOrder(s.simRand(), st.answers, compareNames) {
+		add(name, w.packets(), nil)
+	}
+	clear(st.answers)
+	for k, u := range st.hot {
+		if now-u.used > s.subTTL() {
+			delete(st.hot, k)
+		}
+	}
+	for k, t := range st.hotAt {
+		if now-t > s.subTTL() {
+			delete(st.hotAt, k)
+		}
+	}
+	for k, c := range st.counts {
+		if c.ring != s.owner.ring {
+			delete(st.counts, k)
+		}
+	}
+	for k := range st.groupSubs {
+		if s.owner.mine[k] == nil {
+			delete(st.groupSubs, k)
+		}
+	}
+	return out
+}
+
+// groupCounterLocked returns group g's counter and where it goes, if it is
+// due: the group is active and the owner has not acknowledged all of it
+// (or never answered); or the group is idle (its users sent nothing for
+// activeTTL: refused, or done) and was not sent for ownerIdlePush, until
+// subTTL: the owner's answer to it refreshes what its idle users are told
+// once a second, as an owner tells its idle users. Caller holds s.mu.
+func (s *Syncer) groupCounterLocked(k aggKey, g *aggGroup, now time.Duration) (string, Counter, uint64, bool) {
+	idle := now-g.heard > s.activeTTL()
+	if idle && (now-g.heard > s.subTTL() || now-g.fwdAt < ownerIdlePush) {
+		return "", Counter{}, 0, false
+	}
+	sum := g.o.total - min(g.o.total, g.up)
+	users := s.groupUsersLocked(k, g, now)
+	// The owner counts the group's users as long as it hears the group
+	// within the users window: a group whose users admit nothing new
+	// (refused, sending touches) still says so twice a window.
+	alive := now-g.fwdAt < s.usersWindowLocked(k.rule, k.key)/2
+	if sum == g.acked && g.upSet && !idle && users == g.sentUsers && alive {
+		return "", Counter{}, 0, false // the owner has it all; its answers come as others change
+	}
+	to := s.ownerForLocked(k.rule, k.key)
+	if to == "" || to == s.self {
+		return "", Counter{}, 0, false
+	}
+	g.fwdAt, g.sentUsers = now, users
+	return to, Counter{Rule: k.rule, Key: k.key, Window: k.window, Epoch: g.epoch, Prev: min(g.acked, sum), Used: sum}, users, true
+}
+
+// groupUsersLocked is how many of group g's users (this node included)
+// were heard within the users window of k (ownershare.go). Caller holds
+// s.mu.
+func (s *Syncer) groupUsersLocked(k aggKey, g *aggGroup, now time.Duration) uint64 {
+	w := s.usersWindowLocked(k.rule, k.key)
+	n := uint64(0)
+	for _, sub := range g.o.subs {
+		if now-sub.lastHeard() <= w {
+			n++
+		}
+	}
+	return n
+}
+
+// aggForwardLocked sends at once, rather than at this node's next round,
+// the counters of the groups among keys that were not sent in the last
+// half interval. Caller holds s.mu.
+func (s *Syncer) aggForwardLocked(keys []aggKey, now time.Duration) {
+	st := &s.owner.agg
+	at := uint64(max(0, s.clock().UnixNano()))
+	writers := map[string]*packetWriter{}
+	for _, k := range keys {
+		g := st.groups[k]
+		if g == nil || g.o != s.owner.mine[k] || now-g.fwdAt < s.cfg.GossipInterval/2 {
+			continue
+		}
+		to, c, users, ok := s.groupCounterLocked(k, g, now)
+		if !ok {
+			continue
+		}
+		w := writers[to]
+		if w == nil {
+			w = newPacketWriter(s.self, s.cfg.PacketSize)
+			writers[to] = w
+		}
+		w.addEntry(s.self, c, users, true)
+	}
+	for name, w := range inOrder(s.simRand(), writers, compareNames) {
+		if n, ok := s.peers[name]; ok {
+			packets, counts := w.packets()
+			for i := range packets {
+				packets[i] = toAggPacket(packets[i], at, msgAggGroup)
+			}
+			st.queued = append(st.queued, ownerOut{to: n, packets: packets, counts: counts})
+		}
+	}
+}
+
+// aggAcceptLocked reports whether sender is this node's aggregator of
+// (rule, key) in window, whose answers it takes (and notes that its aggregator
+// answered). Caller holds s.mu.
+func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string) bool {
+	u := s.owner.agg.hot[[2]string{rule, key}]
+	if u == nil || sender == s.self || !s.aggCapableLocked() {
+		return false
+	}
+	k := aggKey{rule, key, window}
+	if g := s.owner.agg.groups[k]; g != nil && g.o == s.owner.mine[k] {
+		return false // this node is its own aggregator of the key now
+	}
+	if s.owner.ring.aggregatorFor(rule, key, s.self, u.slot) != sender {
+		return false
+	}
+	u.waiting, u.heardFrom = 0, sender
+	return true
+}
+
+// aggFirstLocked adjusts an answer on the aggregated path (an
+// aggregator's, or the owner's to this node's group) that starts a
+// subscription here. A node that an owner told to aggregate charges what
+// lies above the owner's total in the notice: both count in the owner's
+// numbering, so the switch is exact. Any other (a second aggregator after
+// a failover, or a node new to the key): the sender told it the key's debt
+// as it sees it (others − prev), and a node that already held the key
+// charges only what that debt exceeds its own. Caller holds s.mu.
+func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ownerAnswer {
+	k := aggKey{a.rule, a.key, a.window}
+	if fromOwner {
+		if g := s.owner.agg.groups[k]; g == nil || g.o != s.owner.mine[k] || a.ackEpoch != g.epoch {
+			return a // an answer to this node's own counters
+		}
+	}
+	if h := s.owner.heard[k]; h != nil {
+		for _, sl := range h.slots {
+			if sl.owner == sender && sl.gen == a.gen {
+				return a
+			}
+		}
+	}
+	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
+	if u != nil && u.baseSet {
+		// The owner's numbering, from what this node heard: exact, even if
+		// the sender's first answer was lost (its prev would skip that).
+		u.baseSet = false
+		a.prev = min(a.others, u.base)
+		return a
+	}
+	if fromOwner {
+		// The owner's first answer to this node's group starts from what
+		// it counted this node as told as a user (groupCountLocked); if it
+		// has heard the key through another aggregator since, from what
+		// that one told it (the same numbering, the owner's): charged only
+		// what lies beyond. Its own consumption through that aggregator is
+		// not in what it was told and is charged here once (it admits
+		// less, by that).
+		if u != nil && u.heardFrom != "" && u.heardFrom != sender && u.heardFrom != s.self {
+			if h := s.owner.heard[k]; h != nil {
+				for _, sl := range h.slots {
+					if sl.owner == u.heardFrom && s.sinceBorn()-sl.at <= s.activeTTL() {
+						a.prev = max(a.prev, min(sl.last, a.others))
+					}
+				}
+			}
+		}
+		return a
+	}
+	bounded, ok := s.ledger.(BoundedLedger)
+	if !ok {
+		return a
+	}
+	al, ok := bounded.Allowance(a.rule, a.key)
+	if !ok {
+		return a
+	}
+	balance, _ := bounded.Balance(a.rule, a.key)
+	own := max(0, al.Burst-al.Soft-balance)
+	told := a.others - a.prev
+	a.prev = a.others - (told - min(told, uint64(own)))
+	return a
+}
+
+// aggHeardLocked takes an owner's answer at an aggregator: what it adds
+// (tokens, charged here already) joins the group's total, its ack the
+// group's, its users count the group's users are told, and the group's
+// users are answered as soon as the lock is let go. It reports whether the
+// answer was the group's (its view is then not this node's own: this node
+// hears its share as its users do, answersLocked). Caller holds s.mu.
+func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration) bool {
+	k := aggKey{a.rule, a.key, a.window}
+	g := s.owner.agg.groups[k]
+	if g == nil || g.o != s.owner.mine[k] || a.ackEpoch != g.epoch {
+		return false // not an answer to the group's counter (its own consumption's, perhaps)
+	}
+	g.acked = max(g.acked, a.ackUsed)
+	g.upAt = now
+	if a.users > 0 {
+		g.users = a.users
+	}
+	if !g.upSet {
+		// The group's numbering is the owner's: its users' totals continue
+		// those the owner told them.
+		g.upSet, g.up, g.o.total = true, a.others, g.o.total+a.others
+	} else {
+		g.up += tokens
+		g.o.total += tokens
+	}
+	g.o.dirty = true // its idle users are told at this node's rounds (answersLocked)
+	if now-g.fanAt < s.cfg.GossipInterval {
+		g.fanDue = true
+		return true
+	}
+	g.fanAt = now
+	s.owner.agg.fan = append(s.owner.agg.fan, k)
+	return true
+}
+
+// aggViewUsersLocked is the users count the answers of aggregate k (o)
+// carry in their view (ownershare.go; 0: no view): when o is a group this
+// node aggregates, the key's users as its owner last told the group (its
+// balance is this node's, which has counted the group's consumption
+// before the owner has); otherwise o's (an owner counts each aggregator's
+// group as the users it reported, countUsersLocked). Caller holds s.mu.
+func (s *Syncer) aggViewUsersLocked(k aggKey, o *ownedKey) uint64 {
+	if g := s.owner.agg.groups[k]; g != nil && g.o == o {
+		return g.users
+	}
+	return o.users
+}
+
+// aggTakeQueued returns what must be sent at once: the answers of groups
+// whose owner answered, and the owner's answers to group counters.
+func (s *Syncer) aggTakeQueued() []ownerOut {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.owner.agg
+	if len(st.fan) == 0 && len(st.queued) == 0 {
+		return nil
+	}
+	now := s.sinceBorn()
+	at := uint64(max(0, s.clock().UnixNano()))
+	writers := map[string]*answerWriter{}
+	bounded, _ := s.ledger.(BoundedLedger)
+	for _, k := range st.fan {
+		g := st.groups[k]
+		if g == nil || g.o != s.owner.mine[k] {
+			continue
+		}
+		balance := math.NaN()
+		if bounded != nil {
+			balance, _ = bounded.Balance(k.rule, k.key)
+		}
+		for name, sub := range inOrder(s.simRand(), g.o.subs, compareNames) {
+			if now-sub.heard <= s.activeTTL() {
+				s.answerSubLocked(k, g.o, name, sub, now, at, writers, g.users, balance)
+			}
+		}
+	}
+	st.fan = st.fan[:0]
+	out := st.queued
+	st.queued = nil
+	for name, w := range inOrder(s.simRand(), writers, compareNames) {
+		if n, ok := s.peers[name]; ok {
+			packets := w.packets()
+			out = append(out, ownerOut{to: n, packets: packets, counts: make([]int, len(packets))})
+		}
+	}
+	return out
+}
+
+// answerSubLocked writes the answer of aggregate k (o) to contributor name
+// (sub) if its view is behind or its counter awaits an acknowledgement,
+// with the view users and balance (ownershare.go; users 0: none). Caller
+// holds s.mu.
+func (s *Syncer) answerSubLocked(k aggKey, o *ownedKey, name string, sub *ownerSub, now time.Duration, at uint64, writers map[string]*answerWriter, users uint64, balance float64) {
+	if name == s.self {
+		return
+	}
+	others := o.total - min(o.total, sub.contrib)
+	if others == sub.sent && !sub.needAck {
+		return
+	}
+	ackEpoch, ackUsed := sub.epoch, sub.hi
+	if a := sub.agg; a != nil && a.heard != 0 && now-a.heard <= s.activeTTL() {
+		ackEpoch, ackUsed = a.epoch, a.hi
+	}
+	to := strings.TrimPrefix(name, aggGroupPrefix)
+	w := writers[to]
+	if w == nil {
+		w = &answerWriter{limit: s.cfg.PacketSize, sender: s.self, at: at, users: readsUsers(s.peers[to])}
+		writers[to] = w
+	}
+	w.add(ownerAnswer{rule: k.rule, key: k.key, window: k.window, gen: sub.serial, prev: min(sub.sent, others),
+		others: others, ackEpoch: ackEpoch, ackUsed: ackUsed, users: users, balance: balance})
+	sub.sent, sub.needAck, sub.answered = others, false, now
+}
+
+// receiveAgg applies an aggregation message: a user's counters to this
+// node as its aggregator, an aggregator's group counters to this node as
+// the owner, or an owner's notice.
+func (s *Syncer) receiveAgg(kind uint64, b []byte) {
+	if t := s.transport; t != nil && t.senders != nil && !t.senders.vouch.take(b) {
+		s.tstats.countPacket(PacketRefusedUnchecked)
+		s.badLog.warn(s.log, s.clock(), "refused an aggregation message the transport did not check (not from a packet)", "bytes", len(b))
+		return
+	}
+	if !s.ownerMode() {
+		s.stats.IgnoredPackets.Add(1)
+		return
+	}
+	var charges []charge
+	var err error
+	switch kind {
+	case msgAggUsers:
+		charges, err = s.receiveAggUsers(b)
+	case msgAggGroup:
+		charges, err = s.receiveAggGroup(b)
+	default:
+		err = s.receiveNotice(b)
+	}
+	if err != nil {
+		s.stats.BadPackets.Add(1)
+		s.badLog.warn(s.log, s.clock(), "dropped a gossip packet", "bytes", len(b), "error", err)
+		return
+	}
+	s.charge(charges)
+	s.sendOwner(s.aggTakeQueued())
+}
+
+// receiveAggUsers counts users' counters into the groups this node
+// aggregates (or, for a key it owns or replicates, into its aggregate, as
+// kind 4), and returns what to charge here. A counter for a key this node
+// neither owns, replicates nor aggregates on its ring is refused (neither
+// counted nor answered): counted here, it would reach no owner; its sender
+// hears nothing and moves on to the next slot's aggregator.
+func (s *Syncer) receiveAggUsers(b []byte) ([]charge, error) {
+	bounded, _ := s.ledger.(BoundedLedger)
+	now := s.sinceBorn()
+	nowNanos := uint64(max(0, s.clock().UnixNano()))
+	var sender string
+	var sentAt uint64
+	check := func(from string, at uint64, stamped bool) error {
+		sender, sentAt = from, at
+		if !stamped {
+			return errUnstamped
+		}
+		if !s.memberLocked(from) {
+			return fmt.Errorf("sender %.64q is no member", from)
+		}
+		return s.checkStampLocked(from, at, stamped)
+	}
+	var charges []charge
+	var keys []aggKey
+	foreign := 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshRingLocked()
+	_, err := decodeAggCounters(b, msgAggUsers, check, func(origin string, c Counter, _ uint64) {
+		if origin != sender || origin == s.self {
+			foreign++
+			return
+		}
+		k := aggKey{c.Rule, c.Key, c.Window}
+		owner, replica := s.owner.ring.owners(c.Rule, c.Key)
+		if owner != s.self && replica != s.self {
+			if !s.aggCapableLocked() || s.aggUsersLocked(c.Rule, c.Key, s.self) == 0 {
+				return
+			}
+			s.aggGroupLocked(k, now).heard = now
+			keys = append(keys, k)
+		}
+		if s.staleLocked(c) {
+			return
+		}
+		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		if !ok {
+			return
+		}
+		at := s.originTimeLocked(origin, sentAt, nowNanos)
+		if tokens := s.aggregateLocked(bounded != nil, a, origin, c, at, now); tokens > 0 {
+			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
+		}
+	})
+	if foreign > 0 {
+		s.tstats.countPacket(PacketRefusedOrigin)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("aggregation counters: %w", err)
+	}
+	if len(keys) > 0 {
+		s.aggForwardLocked(keys, now)
+	}
+	return charges, nil
+}
+
+// receiveNotice takes an owner's notice: the keys it lists go through
+// aggregators from this node's next round.
+func (s *Syncer) receiveNotice(b []byte) error {
+	sender, sentAt, keys, err := decodeNotice(b)
+	if err != nil {
+		return err
+	}
+	now := s.sinceBorn()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkStampLocked(sender, sentAt, true); err != nil {
+		return fmt.Errorf("aggregation notice from %.64q: %w", sender, err)
+	}
+	if !s.aggCapableLocked() {
+		return nil
+	}
+	st := &s.owner.agg
+	for _, n := range keys {
+		owner, replica := s.owner.ring.owners(n.rule, n.key)
+		if sender != owner && sender != replica {
+			s.ownerRefused.Add(1)
+			continue
+		}
+		// What the owner counted of this node's counter: not sent again to
+		// the aggregator (the owner's answer saying so may be held back).
+		s.ackLocked(ownerAnswer{rule: n.rule, key: n.key, window: n.window, ackEpoch: n.ackEpoch, ackUsed: n.ackUsed})
+		if st.hot == nil {
+			st.hot = map[[2]string]*aggUse{}
+		}
+		k := [2]string{n.rule, n.key}
+		u := st.hot[k]
+		if u == nil && len(st.hot) < s.cfg.MaxSeen {
+			u = &aggUse{used: now, baseSet: true}
+			st.hot[k] = u
+		}
+		if g := st.groups[aggKey{n.rule, n.key, 0}]; g != nil && g.upSet {
+			continue // its group's numbering is the owner's already
+		}
+		if u != nil && u.baseSet {
+			u.base = n.total
+			if h := s.owner.heard[aggKey{n.rule, n.key, 0}]; h != nil {
+				for _, sl := range h.slots {
+					if sl.owner == sender && sl.gen == n.gen {
+						u.base = sl.last + n.contrib // what it heard, not what was sent
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// AggStats counts aggregation's state on one node; read it with
+// Syncer.AggStats.
+type AggStats struct {
+	// Groups is how many groups this node aggregates (as an aggregator).
+	Groups int
+	// GroupUsers is how many users those groups hold, this node included.
+	GroupUsers int
+	// GroupEntries is how many aggregators' groups this node counts (as
+	// an owner), and Aggregated how many of its keys are aggregated.
+	GroupEntries, Aggregated int
+	// Routed is how many keys this node sends through an aggregator (as a
+	// user), and FailedOver how many of those moved past their first
+	// slot's aggregator.
+	Routed, FailedOver int
+	// Views is how many of those its aggregator told the owner's view
+	// (ownershare.go), and ViewUsers the largest users count told.
+	Views, ViewUsers int
+}
+
+// AggStats returns what this node holds for aggregation now.
+func (s *Syncer) AggStats() AggStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &s.owner.agg
+	var a AggStats
+	for k, g := range st.groups {
+		if g.o == s.owner.mine[k] {
+			a.Groups++
+			a.GroupUsers += len(g.o.subs)
+		}
+	}
+	for k, names := range st.groupSubs {
+		if o := s.owner.mine[k]; o != nil && len(names) > 0 {
+			a.Aggregated++
+			for name := range names {
+				if o.subs[name] != nil {
+					a.GroupEntries++
+				}
+			}
+		}
+	}
+	for _, u := range st.hot {
+		a.Routed++
+		if u.slot > 0 {
+			a.FailedOver++
+		}
+		if u.viewUsers > 0 {
+			a.Views++
+			a.ViewUsers = max(a.ViewUsers, int(u.viewUsers))
+		}
+	}
+	return a
+}
