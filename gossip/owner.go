@@ -174,7 +174,13 @@ type heardSlot struct {
 	owner     string
 	gen, last uint64
 	start     uint64 // the prev it was started with, lowered by a later smaller prev (ownerrepeat.go)
-	at        time.Duration
+	// first is the sender's prev it was started with, lowered as start:
+	// start itself when the subscription started where the sender said,
+	// else (owneragg.go's aggFirstLocked started it from what this node
+	// knew already) what its heard messages confirm, and a smaller prev
+	// then charges nothing (this node knew what lies below start).
+	first uint64
+	at    time.Duration
 }
 
 // ownerState is a syncer's owner-mode state; under Syncer.mu.
@@ -771,6 +777,7 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			s.ownerRefused.Add(1)
 			continue
 		}
+		first := a.prev // in the sender's numbering (ownerrepeat.go)
 		a = s.aggFirstLocked(sender, a, fromOwner)
 		var al Allowance
 		if bounded != nil {
@@ -785,7 +792,7 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 		} else {
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}
-		tokens := s.heardLocked(sender, a, now, bounded != nil, al, others)
+		tokens := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
 		group := fromOwner && s.aggHeardLocked(a, tokens, now) // owneragg.go
 		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
@@ -800,9 +807,9 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 	return charges, users, nil
 }
 
-// heardLocked records an answer and returns the tokens it adds. Caller
-// holds s.mu.
-func (s *Syncer) heardLocked(sender string, a ownerAnswer, now time.Duration, bounded bool, al Allowance, others int) uint64 {
+// heardLocked records an answer (first: its prev as the sender sent it)
+// and returns the tokens it adds. Caller holds s.mu.
+func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now time.Duration, bounded bool, al Allowance, others int) uint64 {
 	k := aggKey{a.rule, a.key, a.window}
 	h := s.owner.heard[k]
 	if h == nil {
@@ -831,7 +838,7 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, now time.Duration, bo
 		if h.slots[1].at < h.slots[0].at {
 			i = 1
 		}
-		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, at: now}
+		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, first: first, at: now}
 		slot = &h.slots[i]
 		urgent = true
 	} else {
@@ -839,8 +846,11 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, now time.Duration, bo
 	}
 	slot.at = now
 	var tokens uint64
-	if a.prev < slot.start { // it missed the first answers: what they carried (ownerrepeat.go)
-		tokens, slot.start, urgent = slot.start-a.prev, a.prev, true
+	if a.prev < slot.first { // it missed the first answers: what they carried (ownerrepeat.go)
+		if slot.start == slot.first {
+			tokens, slot.start = slot.start-a.prev, a.prev
+		}
+		slot.first, urgent = a.prev, true
 	}
 	if a.others > slot.last {
 		tokens += a.others - slot.last

@@ -398,3 +398,143 @@ func TestAggregationNeedsEveryMember(t *testing.T) {
 		})
 	}
 }
+
+// An owner counts an aggregated key's users as its groups report them
+// (kind 7 carries them) and its direct users, a user told to go through
+// aggregators not twice; a lying aggregator's count is taken at most as
+// what the ring assigns it and its largest neighbour, plus itself (so it
+// shrinks the others' shares by no more than that), and a stranger's not
+// at all.
+func TestGroupUsersAreBoundedByTheRing(t *testing.T) {
+	const n = 100
+	s, _ := newAggSyncer("m000", n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshRingLocked()
+	key := ""
+	for i := range 1000 { // a key this node owns
+		if o, _ := s.owner.ring.owners("api", fmt.Sprintf("k%d", i)); o == "m000" {
+			key = fmt.Sprintf("k%d", i)
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no key owned by m000")
+	}
+	owner, replica := s.owner.ring.owners("api", key)
+	var aggs []string
+	stranger, direct := "", ""
+	for _, m := range s.owner.ring.names {
+		switch {
+		case m == owner || m == replica:
+		case s.aggUsersLocked("api", key, m) > 0:
+			aggs = append(aggs, m)
+		case stranger == "":
+			stranger = m
+		case direct == "":
+			direct = m
+		}
+	}
+	if len(aggs) < 2 {
+		t.Fatalf("aggregators of %s: %v", key, aggs)
+	}
+	al := Allowance{Burst: 100, PerSecond: 100}
+	now := time.Second
+	count := func(from string, users uint64) bool {
+		_, _, ok := s.groupCountLocked(true, al, from, Counter{Rule: "api", Key: key, Epoch: 1, Prev: 0, Used: 1}, users, now, now)
+		return ok
+	}
+	k := aggKey{"api", key, 0}
+	users := func() uint64 {
+		o := s.owner.mine[k]
+		s.countUsersLocked(k, o, now)
+		return o.users
+	}
+	if !count(aggs[0], 7) {
+		t.Fatal("an aggregator's group counter was refused")
+	}
+	if got := users(); got != 7 {
+		t.Fatalf("one group of 7 users: the owner counts %d users, want 7", got)
+	}
+	// A direct user counts once; once told to go through aggregators, its
+	// group counts it.
+	s.aggregateOwnLocked(Counter{Rule: "api", Key: key, Epoch: 1, Prev: 0, Used: 1}, now) // the owner uses the key
+	o := s.owner.mine[k]
+	sub := s.subFor(o, direct, Counter{Rule: "api", Key: key})
+	if sub == nil {
+		t.Fatal("no entry for a direct user")
+	}
+	sub.heard, sub.seen = now, now
+	if got := users(); got != 9 {
+		t.Fatalf("a group of 7, the owner and a direct user: counted %d users, want 9", got)
+	}
+	sub.agg = &aggSub{switched: true}
+	if got := users(); got != 8 {
+		t.Fatalf("a group of 7, the owner and a switched user: counted %d users, want 8", got)
+	}
+	// A lying aggregator: 2^40 users, taken as at most n + most + 1.
+	c := s.owner.agg.counts[[2]string{"api", key}]
+	bound := uint64(c.n[aggs[1]] + c.most + 1)
+	if !count(aggs[1], 1<<40) {
+		t.Fatal("the second aggregator's group counter was refused")
+	}
+	if got := users(); got != 8+bound {
+		t.Fatalf("a group claiming 2^40 users: the owner counts %d users, want %d (its ring's bound %d)", got, 8+bound, bound)
+	}
+	if count(stranger, 1<<20) {
+		t.Fatal("a stranger's group counter was counted")
+	}
+	if got := users(); got != 8+bound {
+		t.Fatalf("after a stranger's group counter the owner counts %d users, want %d", got, 8+bound)
+	}
+	// A group heard no more within the users window counts no more.
+	now += 2 * time.Second
+	s.aggregateOwnLocked(Counter{Rule: "api", Key: key, Epoch: 1, Prev: 1, Used: 2}, now)
+	if got := users(); got != 1 {
+		t.Fatalf("groups silent for 2 s: the owner counts %d users, want 1 (itself)", got)
+	}
+}
+
+// A subscription on the aggregated path starts where this node's knowledge
+// ends (aggFirstLocked: the notice's total), above the sender's own first
+// prev; the sender, told by the heard message that the node started above
+// its first prev, repeats that first prev (ownerrepeat.go). That repeat
+// charges nothing (the node knew what lies below where it started: it was
+// charged twice, a whole total, before), and the heard message confirms
+// the sender's first prev. A subscription started where its sender said
+// still charges what lost first answers carried.
+func TestAdjustedStartIsNotRepairedTwice(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := aggKey{"api", "k", 0}
+	heard := func(sender string, gen, prev, others, first uint64) uint64 {
+		return s.heardLocked(sender, ownerAnswer{rule: "api", key: "k", gen: gen, prev: prev, others: others}, first, time.Second, false, Allowance{}, 19)
+	}
+	if got := heard("agg", 1, 500, 600, 100); got != 100 {
+		t.Fatalf("first answer from the aggregator, started at 500 (its first prev 100): charged %d, want 100", got)
+	}
+	if d := s.owner.toConfirm[heardTo{k, "agg"}]; d.start != 100 {
+		t.Fatalf("heard message to the aggregator confirms start %d, want its first prev 100", d.start)
+	}
+	if got := heard("agg", 1, 100, 600, 100); got != 0 {
+		t.Fatalf("the aggregator's repeated first prev charged %d, want 0", got)
+	}
+	if got := heard("agg", 1, 80, 650, 80); got != 50 {
+		t.Fatalf("a lower first prev and 50 more: charged %d, want only the 50", got)
+	}
+	if d := s.owner.toConfirm[heardTo{k, "agg"}]; d.start != 80 {
+		t.Fatalf("heard message confirms start %d, want 80", d.start)
+	}
+	// Started where the sender said (no aggFirstLocked adjustment): a
+	// lower first prev is what lost answers carried, charged once.
+	if got := heard("own", 2, 300, 400, 300); got != 100 {
+		t.Fatalf("first answer from the owner: charged %d, want 100", got)
+	}
+	if got := heard("own", 2, 200, 400, 200); got != 100 {
+		t.Fatalf("the owner's lower first prev: charged %d, want the 100 the lost answers carried", got)
+	}
+	if got := heard("own", 2, 200, 400, 200); got != 0 {
+		t.Fatalf("the same again: charged %d, want 0", got)
+	}
+}

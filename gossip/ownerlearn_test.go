@@ -61,7 +61,7 @@ func TestHeardCarriesTheSendersDebt(t *testing.T) {
 	b.ledger = bl
 	bl.Charge("r", "k", 0, 37)
 	b.mu.Lock()
-	b.noteHeardLocked(aggKey{"r", "k", 0}, "o", &heardSlot{owner: "o", gen: 5, last: 9, start: 2}, true)
+	b.noteHeardLocked(aggKey{"r", "k", 0}, "o", &heardSlot{owner: "o", gen: 5, last: 9, start: 2, first: 2}, true)
 	b.owner.round++
 	out := b.heardMessagesLocked(uint64(time.Now().UnixNano()))
 	b.mu.Unlock()

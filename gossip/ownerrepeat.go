@@ -36,7 +36,8 @@ import (
 //     (answers are cumulative: a repeat counts nothing twice);
 //   - keeps sending the subscription's first prev to a contributor that
 //     says it started above it, and the contributor charges the
-//     difference once (heardSlot.start): what the lost first answers
+//     difference once (heardSlot.start; not when it started above the
+//     sender's first prev from what it knew, owneragg.go): what the lost first answers
 //     carried is charged, late but whole. A contributor that confirmed the
 //     first prev is told the last others sent, as before.
 //
@@ -123,7 +124,7 @@ func (s *Syncer) noteHeardLocked(k aggKey, owner string, slot *heardSlot, urgent
 		}
 	}
 	urgent = urgent || (ok && d.urgent && d.gen == slot.gen)
-	s.owner.toConfirm[t] = heardDue{gen: slot.gen, start: slot.start, last: slot.last, round: s.owner.round, urgent: urgent}
+	s.owner.toConfirm[t] = heardDue{gen: slot.gen, start: slot.first, last: slot.last, round: s.owner.round, urgent: urgent}
 }
 
 // heardMessagesLocked makes this round's heard messages: the urgent

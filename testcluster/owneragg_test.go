@@ -2,7 +2,6 @@ package testcluster
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -209,10 +208,6 @@ func TestOwnerAggregationConverges(t *testing.T) {
 // stays within 5% of burst + rate × T, and the second after the kill is
 // repaid the next.
 func TestOwnerAggregatorKilledMidRun(t *testing.T) {
-	if os.Getenv("SLUICE_RUN_QUARANTINED") == "" {
-		t.Skip("quarantined (SLUICE_RUN_QUARANTINED=1 runs it): on a loaded machine users fail over between aggregators " +
-			"again and again and the cluster admits too little (56-67% under -race at load 23; 93.7% once without it)")
-	}
 	n := aggSize()
 	c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner", AggregateAbove: aggAbove})
 	const key = "agg-killed-key"
@@ -287,7 +282,9 @@ func TestOwnerAggregatorKilledMidRun(t *testing.T) {
 // tokens (a node charged less would admit more). An aggregator that made
 // its group after it had heard the key through another aggregator is
 // charged what it heard there twice (a known defect: it admits less, by at
-// most that, once); such nodes are logged, not failed.
+// most that, once), as may be a user that failed over to another
+// aggregator; such nodes are logged, not failed. Any other node charged
+// more than the others consumed fails the test.
 func TestOwnerAggregationSwitchIsExact(t *testing.T) {
 	n := aggSize()
 	c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 50 * time.Millisecond, GossipMode: "owner", AggregateAbove: aggAbove})
@@ -301,8 +298,18 @@ func TestOwnerAggregationSwitchIsExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, b := range c.Balances("probe", key) {
-		if b < want-1.5 {
-			t.Logf("node %d charged %.0f tokens more than the others consumed (%+v)", i, want-0.5-b, c.Node(i).Daemon().Syncer().AggStats())
+		if b >= want-1.5 {
+			continue
 		}
+		st := c.Node(i).Daemon().Syncer().AggStats()
+		if st.Groups == 0 && st.FailedOver == 0 {
+			// A user that stayed with its first aggregator: its subscription
+			// there started from the owner's notice; the aggregator's
+			// repeats of its own first prev charge nothing (they charged
+			// the whole total again before TestAdjustedStartIsNotRepairedTwice's fix).
+			t.Errorf("node %d, a user of its first aggregator, charged %.0f tokens more than the others consumed (%+v)", i, want-0.5-b, st)
+			continue
+		}
+		t.Logf("node %d charged %.0f tokens more than the others consumed (%+v)", i, want-0.5-b, st)
 	}
 }
