@@ -179,18 +179,22 @@ func (sub *ownerSub) lastHeard() time.Duration { return max(sub.heard, sub.seen)
 // countUsersLocked sets o.users, its contributors heard within the users
 // window of k (this node included when it uses the key; an aggregator's
 // group counts the users it reported, and a user told to go through
-// aggregators is counted there, owneragg.go), and o.balance, the key's
-// balance here. Caller holds s.mu.
+// aggregators is counted there, owneragg.go; while users switch to their
+// aggregators, no fewer than the contributors heard here), and o.balance,
+// the key's balance here. Caller holds s.mu.
 func (s *Syncer) countUsersLocked(k aggKey, o *ownedKey, now time.Duration) {
 	w := s.usersWindowLocked(k.rule, k.key)
 	grouped := len(s.owner.agg.groupSubs[k]) > 0
-	n := uint64(0)
+	n, direct := uint64(0), uint64(0)
 	for _, sub := range o.subs {
 		if now-sub.lastHeard() <= w {
 			n += aggCountsAs(sub, grouped) // owneragg.go
+			if sub.agg == nil || !sub.agg.group {
+				direct++
+			}
 		}
 	}
-	o.users = max(n, 1)
+	o.users = max(n, direct, 1)
 	o.balance = math.NaN()
 	if b, ok := s.ledger.(BoundedLedger); ok {
 		o.balance, _ = b.Balance(k.rule, k.key)
