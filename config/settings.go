@@ -149,6 +149,10 @@ type ClusterSettings struct {
 	// it holds a bucket it has just created (bucket.FirstContact): at least
 	// one token (the default) or the share rounded at random.
 	FirstContact bucket.FirstContact
+	// AggregateAbove is, in owner mode, how many users of one key its owner
+	// counts at once before they go through aggregators (gossip.Config; 0:
+	// gossip's default, 64; negative: never).
+	AggregateAbove int
 	// RejoinInterval is how often the Join names are resolved again to find
 	// peers that were not there before (0: gossip's default, 30s).
 	RejoinInterval time.Duration

@@ -143,6 +143,7 @@ func (d *Daemon) newSyncer(extra func(*gossip.Config), census *gossip.CensusSink
 		GossipNodes:      c.GossipNodes,
 		FanoutLimit:      c.FanoutLimit,
 		GossipMode:       c.GossipMode,
+		AggregateAbove:   c.AggregateAbove,
 		PushPullInterval: c.PushPullInterval,
 		RejoinInterval:   c.RejoinInterval,
 		SecretKey:        c.Key,

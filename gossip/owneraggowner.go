@@ -275,6 +275,9 @@ func (s *Syncer) groupCountLocked(bounded bool, a Allowance, origin string, c Co
 		s.owner.agg.hotAt = map[[2]string]time.Duration{}
 	}
 	if hk := [2]string{c.Rule, c.Key}; len(s.owner.agg.hotAt) < s.cfg.MaxSeen {
+		if _, was := s.owner.agg.hotAt[hk]; !was {
+			s.log.Info("a key's users go through aggregators", "rule", c.Rule, "first_aggregator", origin)
+		}
 		s.owner.agg.hotAt[hk] = now
 	}
 	sub.heard, o.heard, g.heard, sub.needAck = now, now, now, true

@@ -32,6 +32,11 @@ type ProcsOptions struct {
 	// given to the nodes that run Sluiced (not to NodeSluiced's builds,
 	// which may be older than the flag).
 	FirstContact string
+	// AggregateAbove, if not 0, is --aggregate-above, given as FirstContact
+	// is.
+	AggregateAbove int
+	// LogLevel is --log-level (default warn).
+	LogLevel string
 }
 
 // Procs is a cluster of sluiced processes, as they ship.
@@ -99,11 +104,15 @@ func (p *Procs) startNode(opts ProcsOptions, env []string, rules string, i, firs
 		if err != nil {
 			return 0, err
 		}
+		level := opts.LogLevel
+		if level == "" {
+			level = "warn"
+		}
 		args := []string{
 			"--socket", sock, "--rules", rules, "--node-name", fmt.Sprintf("proc-%d", i),
 			"--bind", fmt.Sprintf("127.0.0.1:%d", port),
 			"--gossip-interval", opts.GossipInterval.String(),
-			"--cluster-label", p.label, "--log-level", "warn",
+			"--cluster-label", p.label, "--log-level", level,
 			"--admin-addr", "", // several on one host: a taken admin address is an error
 		}
 		if opts.FanoutLimit > 0 {
@@ -118,8 +127,13 @@ func (p *Procs) startNode(opts ProcsOptions, env []string, rules string, i, firs
 		bin := opts.Sluiced
 		if i < len(opts.NodeSluiced) && opts.NodeSluiced[i] != "" {
 			bin = opts.NodeSluiced[i]
-		} else if opts.FirstContact != "" {
-			args = append(args, "--first-contact", opts.FirstContact)
+		} else {
+			if opts.FirstContact != "" {
+				args = append(args, "--first-contact", opts.FirstContact)
+			}
+			if opts.AggregateAbove != 0 {
+				args = append(args, "--aggregate-above", strconv.Itoa(opts.AggregateAbove))
+			}
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Env = env
