@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -79,15 +80,24 @@ func TestNewBucketsAreHeldToTheirFirstShare(t *testing.T) {
 	}
 }
 
-// The check of the hold allocates nothing.
+// The check of the hold allocates nothing, whatever first contact counts
+// (auto with its rule's crowd known, or not).
 func TestFirstShareHoldAllocatesNothing(t *testing.T) {
 	lim, _ := NewLimit(1_000_000, time.Second, 1_000_000)
-	s := NewStore(StoreConfig{TrackConsumption: true})
-	s.SetFirstShare(10, time.Hour)
 	t0 := time.Unix(1_700_000_000, 0)
-	key := []byte("k")
-	s.Take(1, key, lim, 1, t0)
-	if a := testing.AllocsPerRun(1000, func() { s.Take(1, key, lim, 1, t0) }); a != 0 {
-		t.Fatalf("a held take allocated %v times", a)
+	for _, contact := range FirstContacts {
+		for _, known := range []bool{false, true} {
+			s := NewStore(StoreConfig{TrackConsumption: true, FirstContact: contact})
+			s.SetFirstShare(10, time.Hour)
+			if known {
+				s.Take(1, []byte("before"), lim, 1, t0)
+				s.SetOwnerView(1, []byte("before"), lim, OwnerView{Users: 3, Balance: math.NaN()}, t0)
+			}
+			key := []byte("k")
+			s.Take(1, key, lim, 1, t0)
+			if a := testing.AllocsPerRun(1000, func() { s.Take(1, key, lim, 1, t0) }); a != 0 {
+				t.Fatalf("%v (crowd known: %v): a held take allocated %v times", contact, known, a)
+			}
+		}
 	}
 }

@@ -108,6 +108,9 @@ func (s *Store) SetOwnerView(ns Namespace, key []byte, lim Limit, v OwnerView, n
 	t, st := sl.tracked(), sl.stateFor(lim)
 	if _, held := st.heldSince(); held && v.Users > 0 {
 		st.setShareClock(0) // the cluster's view heard: the hold is over (a lost owner leaves it to its time)
+		if s.firstContact == FirstContactAuto {
+			s.crowds.note(ns, v.Users, now) // the crowd at a first contact (crowd.go)
+		}
 	}
 	if v.Users <= 1 {
 		sh.views.forget(t.epoch)

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ func TestFirstShareBelowOneTokenIsRoundedAtRandom(t *testing.T) {
 		{name: "share: five calls each: no second chance", contact: FirstContactShare, calls: 5, low: 70, high: 130},
 		{name: "token: one call each", contact: FirstContactToken, calls: 1, low: 1000, high: 1000},
 		{name: "token: five calls each: one token each", contact: FirstContactToken, calls: 5, low: 1000, high: 1000},
+		{name: "auto, rule not heard of: one call each", contact: FirstContactAuto, calls: 1, low: 70, high: 130},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,7 +60,10 @@ func TestFirstShareBelowOneTokenIsRoundedAtRandom(t *testing.T) {
 // refused nothing refills and is swept), so it meets the key anew at every
 // call. With FirstContactToken every such call is admitted; with
 // FirstContactShare each is refused with probability 1 - burst/members,
-// however far the key is from its limit.
+// however far the key is from its limit; with FirstContactAuto (the
+// default) each is admitted once the key's owner has said, at a first
+// contact, that few nodes use it (here 5 of the 100 members, over the 1 s
+// the rate takes to refill the burst).
 func TestLightUsersAtFirstContact(t *testing.T) {
 	lim, err := NewLimit(20, time.Second, 20)
 	if err != nil {
@@ -68,13 +73,17 @@ func TestLightUsersAtFirstContact(t *testing.T) {
 	key := []byte("k")
 	tests := []struct {
 		contact   FirstContact
-		low, high int // of 200 calls
+		owner     bool // the owner answers every call with 5 users
+		low, high int  // of 200 calls
 	}{
 		{contact: FirstContactToken, low: 200, high: 200},
 		{contact: FirstContactShare, low: 20, high: 60}, // 1 in 5 expected
+		{contact: FirstContactShare, owner: true, low: 20, high: 60},
+		{contact: FirstContactAuto, low: 20, high: 60}, // nothing heard: as share
+		{contact: FirstContactAuto, owner: true, low: 199, high: 200},
 	}
 	for _, tt := range tests {
-		t.Run(tt.contact.String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v, owner answers %v", tt.contact, tt.owner), func(t *testing.T) {
 			s := NewStore(StoreConfig{TrackConsumption: true, Seed: 7, FirstContact: tt.contact})
 			s.SetFirstShare(100, 100*time.Millisecond)
 			admitted := 0
@@ -83,8 +92,11 @@ func TestLightUsersAtFirstContact(t *testing.T) {
 				if r, _ := s.Take(1, key, lim, 1, now); r.Allowed {
 					admitted++
 				}
+				if tt.owner {
+					s.SetOwnerView(1, key, lim, OwnerView{Users: 5, Balance: 15}, now.Add(40*time.Millisecond))
+				}
 				s.DrainDirty(func(Consumption) {})
-				s.Sweep(now.Add(time.Second))
+				s.Sweep(now.Add(time.Second + 500*time.Millisecond))
 			}
 			t.Logf("admitted %d of 200 calls", admitted)
 			if admitted < tt.low || admitted > tt.high {

@@ -50,7 +50,7 @@ type StoreConfig struct {
 	Seed uint64
 	// FirstContact is how a new bucket's share of the burst is counted
 	// during its first-contact hold (firstshare.go). Default
-	// FirstContactToken: at least one token.
+	// FirstContactAuto: the share of the rule's crowd (crowd.go).
 	FirstContact FirstContact
 }
 
@@ -86,6 +86,9 @@ type Store struct {
 	track     bool
 	// firstContact: StoreConfig.FirstContact (firstshare.go).
 	firstContact FirstContact
+	// crowds: what the owners said of each rule's keys at first contact
+	// (crowd.go, FirstContactAuto).
+	crowds crowdTable
 
 	epochs    atomic.Uint64
 	evictions atomic.Uint64
@@ -223,7 +226,7 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 	sl := sh.getOrInsert(s, h, ns, key, lim.algo, now)
 	st := sl.stateFor(lim)
 	if _, held := st.heldSince(); held && s.track && !lim.algo.Windowed() {
-		if held, wait := s.heldBack(st, sl.tracked(), lim, cost, now); held {
+		if held, wait := s.heldBack(ns, st, sl.tracked(), lim, cost, now); held {
 			sh.touch(sl, lim) // ask for the cluster's view of the key (share.go)
 			r, _ = st.decide(lim, cost, 0, false, now)
 			r.Allowed, r.RetryAfter = false, max(r.RetryAfter, wait)

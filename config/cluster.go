@@ -12,18 +12,18 @@ import (
 // cluster that gossips beyond loopback with no key and without Insecure.
 var ErrGossipNeedsKey = errors.New("gossip beyond loopback needs a key")
 
-// ParseFirstContact reads ClusterSettings.FirstContact by name: "token"
-// or "share" ("": token, the default).
+// ParseFirstContact reads ClusterSettings.FirstContact by name: "auto",
+// "token" or "share" ("": auto, the default).
 func ParseFirstContact(name string) (bucket.FirstContact, error) {
-	for _, f := range []bucket.FirstContact{bucket.FirstContactToken, bucket.FirstContactShare} {
+	for _, f := range bucket.FirstContacts {
 		if name == f.String() {
 			return f, nil
 		}
 	}
 	if name == "" {
-		return bucket.FirstContactToken, nil
+		return bucket.FirstContactAuto, nil
 	}
-	return 0, fmt.Errorf("first contact %q: want token or share", name)
+	return 0, fmt.Errorf("first contact %q: want auto, token or share", name)
 }
 
 // Encrypted reports whether gossip is encrypted: a key or a keyring file is given.
@@ -65,8 +65,8 @@ func (c ClusterSettings) Validate() error {
 		return errors.New("settings: --insecure-gossip with a gossip key: give one or the other")
 	case c.Encrypted() && c.Label == "":
 		return errors.New("settings: a cluster label is required with a gossip key (--cluster-label NAME, the same on every node)")
-	case c.FirstContact != bucket.FirstContactToken && c.FirstContact != bucket.FirstContactShare:
-		return fmt.Errorf("settings: first contact %v: want token or share", c.FirstContact)
+	case c.FirstContact > bucket.FirstContactShare:
+		return fmt.Errorf("settings: first contact %v: want auto, token or share", c.FirstContact)
 	case len(c.Label) > 255:
 		return fmt.Errorf("settings: cluster label of %d bytes; want at most 255", len(c.Label))
 	case c.Exposed() && !c.Encrypted() && !c.Insecure:

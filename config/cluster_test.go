@@ -36,7 +36,9 @@ func TestClusterSettingsValidate(t *testing.T) {
 		{"short key", ClusterSettings{Bind: "10.0.0.1:7946", Key: key[:5], Label: "x"}, true, "5 bytes"},
 		{"long label", ClusterSettings{Bind: "10.0.0.1:7946", Key: key, Label: strings.Repeat("l", 256)}, true, "at most 255"},
 		{"first contact share", ClusterSettings{Bind: "127.0.0.1:7946", FirstContact: bucket.FirstContactShare}, false, ""},
-		{"first contact unknown", ClusterSettings{Bind: "127.0.0.1:7946", FirstContact: 7}, false, "first contact FirstContact(7): want token or share"},
+		{"first contact token", ClusterSettings{Bind: "127.0.0.1:7946", FirstContact: bucket.FirstContactToken}, false, ""},
+		{"first contact auto", ClusterSettings{Bind: "127.0.0.1:7946", FirstContact: bucket.FirstContactAuto}, false, ""},
+		{"first contact unknown", ClusterSettings{Bind: "127.0.0.1:7946", FirstContact: 7}, false, "first contact FirstContact(7): want auto, token or share"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.c.Exposed(); got != tt.exposed {
@@ -76,10 +78,12 @@ func TestParseFirstContact(t *testing.T) {
 		want bucket.FirstContact
 		err  bool
 	}{
-		{in: "", want: bucket.FirstContactToken},
+		{in: "", want: bucket.FirstContactAuto},
+		{in: "auto", want: bucket.FirstContactAuto},
 		{in: "token", want: bucket.FirstContactToken},
 		{in: "share", want: bucket.FirstContactShare},
 		{in: "Share", err: true},
+		{in: "demand", err: true},
 		{in: "ceil", err: true},
 	} {
 		got, err := ParseFirstContact(tt.in)

@@ -146,8 +146,9 @@ type ClusterSettings struct {
 	GossipMode       string
 	PushPullInterval time.Duration
 	// FirstContact is how a daemon counts its share of a key's burst while
-	// it holds a bucket it has just created (bucket.FirstContact): at least
-	// one token (the default) or the share rounded at random.
+	// it holds a bucket it has just created (bucket.FirstContact): the
+	// share of the crowd its rule's keys meet (auto, the default), at least
+	// one token, or the share of the members rounded at random.
 	FirstContact bucket.FirstContact
 	// AggregateAbove is, in owner mode, how many users of one key its owner
 	// counts at once before they go through aggregators (gossip.Config; 0:

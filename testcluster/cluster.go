@@ -32,7 +32,7 @@ type Options struct {
 	// daemon.Config.NoFirstShare), which sluiced always runs with.
 	FirstShare bool
 	// FirstContact is how the hold counts a node's share of the burst
-	// (config.ClusterSettings.FirstContact); default: at least one token.
+	// (config.ClusterSettings.FirstContact); default: auto, as sluiced.
 	FirstContact bucket.FirstContact
 	// Rules is the rules file every node loads. Default: rule "api", 100/1s.
 	Rules string

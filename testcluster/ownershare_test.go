@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,39 +37,57 @@ func ownerShareBinaries(t *testing.T, opts *ProcsOptions) {
 	}
 }
 
-// shareRules: rare is a limit whose burst is below the cluster's size;
-// warm a key every node uses once to see that the cluster has formed.
-const shareRules = "rules:\n  rare:\n    rate: 1/1s\n    burst: 4\n  warm:\n    rate: 1000/1h\n"
+// shareRules: rare and light are limits whose burst is below the
+// cluster's size; warm a key every node uses once to see that the cluster
+// has formed.
+const shareRules = "rules:\n  rare:\n    rate: 1/1s\n    burst: 4\n  light:\n    rate: 16/1s\n    burst: 8\n  warm:\n    rate: 1000/1h\n"
 
 // Twenty sluiced processes in owner mode, each asked once for a key new to
 // all of them, at about the same moment, three times (a new key each
 // wave). With --first-contact share the cluster admits about the burst
 // (each node lends itself burst/20 of it, rounded up or down at random,
 // until the key's owner answers), not one token per node: 1 to 8 of 20 a
-// wave on average. With the default (token) every node admits its first
-// request, as a host calling a key now and then must be: 20 of 20, or 19
-// when the key's owner heard four others' tokens before its own request
-// came (its balance then refuses, as it should).
+// wave on average. With token every node admits its first request, as a
+// host calling a key now and then must be: 20 of 20, or 19 when the key's
+// owner heard four others' tokens before its own request came (its balance
+// then refuses, as it should). With the default, auto, the first wave (a
+// rule no node has heard of) is held as share's; the later waves' share
+// depends on the crowd each node heard at its first answer (logged).
+//
+// Then light users (lightUsers): every node calls each of 20 keys of
+// another rule of burst 8 once, in a shuffled order, each key offered a
+// sixth of its rate, so every call is a first contact and every one should
+// pass. token admits them all, share about burst/20 of them, auto all but
+// those a node makes before it has heard of the rule's crowd.
 func TestOwnerModeFirstContactProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs twenty sluiced processes")
 	}
 	const n, waves = 20, 3
-	for _, contact := range []string{"token", "share"} {
+	for _, contact := range []string{"auto", "token", "share"} {
 		t.Run(contact, func(t *testing.T) {
-			admitted, decided, want := firstContactWaves(t, n, waves, contact)
+			admitted, decided, want, light := firstContactWaves(t, n, waves, contact)
 			total := 0
 			for wave, got := range admitted {
 				total += got
 				switch {
 				case contact == "token" && got < decided[wave]-1:
 					t.Errorf("wave %d: %d of the %d nodes that answered admitted their first request, want every one (but perhaps the key's owner)", wave, got, decided[wave])
-				case contact == "share" && float64(got) > math.Max(12, 2.5*want[wave]):
+				case (contact == "share" || contact == "auto" && wave == 0) && float64(got) > math.Max(12, 2.5*want[wave]):
 					t.Errorf("wave %d: %d admitted, want about %.1f (one per node would be %d)", wave, got, want[wave], n)
 				}
 			}
 			if contact == "share" && (total < waves || total > 8*waves) {
 				t.Errorf("%d admitted in %d waves, want 1 to 8 a wave on average (burst/20 of each node's first request)", total, waves)
+			}
+			got := float64(light.admitted) / float64(max(1, light.decided))
+			switch {
+			case light.decided < light.calls/2:
+				t.Errorf("light users: only %d of %d calls decided (the others failed open)", light.decided, light.calls)
+			case contact == "token" && got < 0.9, contact == "auto" && got < 0.8:
+				t.Errorf("light users: %d of %d decided calls admitted (%.0f%%), want nearly all", light.admitted, light.decided, 100*got)
+			case contact == "share" && got > 0.7:
+				t.Errorf("light users: %d of %d decided calls admitted (%.0f%%), want about burst/20 (40%%) of them", light.admitted, light.decided, 100*got)
 			}
 		})
 	}
@@ -79,8 +98,8 @@ func TestOwnerModeFirstContactProcesses(t *testing.T) {
 // node once for a new key, waves times, and returns how many nodes
 // admitted each wave's key, how many decided it (the others' clients failed
 // open: the daemon did not answer in time on a starved machine), and burst +
-// rate × the wave's spread.
-func firstContactWaves(t *testing.T, n, waves int, contact string) (admitted, decided []int, want []float64) {
+// rate × the wave's spread; then what lightUsers admitted.
+func firstContactWaves(t *testing.T, n, waves int, contact string) (admitted, decided []int, want []float64, light lightCalls) {
 	t.Helper()
 	opts := ProcsOptions{N: n, Rules: shareRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner", FirstContact: contact}
 	ownerShareBinaries(t, &opts)
@@ -133,7 +152,34 @@ func firstContactWaves(t *testing.T, n, waves int, contact string) (admitted, de
 		t.Logf("--first-contact %s, wave %d: %d of %d nodes admitted the new key's first request within %s (%d failed open); burst + rate × T = %.1f",
 			contact, wave, got, n, spread.Round(time.Millisecond), failedOpen, want[wave])
 	}
-	return admitted, decided, want
+	light = lightUsers(p, n, 20)
+	t.Logf("--first-contact %s, light users: %d of %d calls admitted, %d failed open", contact, light.admitted, light.calls, light.calls-light.decided)
+	return admitted, decided, want, light
+}
+
+// lightCalls counts lightUsers' calls.
+type lightCalls struct{ calls, decided, admitted int }
+
+// lightUsers has each of the n nodes call each of keys keys of the light
+// rule once, in a shuffled order, 50 calls a second in all: each key is
+// offered a sixth of its rate, and each call is its node's first contact
+// with the key.
+func lightUsers(p *Procs, n, keys int) (c lightCalls) {
+	order := rand.New(rand.NewPCG(1, 2)).Perm(n * keys)
+	pace := time.NewTicker(20 * time.Millisecond)
+	defer pace.Stop()
+	for _, call := range order {
+		<-pace.C
+		d := p.Allow(call%n, "light", "user-"+strconv.Itoa(call/n), 1)
+		c.calls++
+		if !d.FailedOpen {
+			c.decided++
+			if d.Allowed {
+				c.admitted++
+			}
+		}
+	}
+	return c
 }
 
 // allHeard reports whether every one of the n nodes' balances of the warm

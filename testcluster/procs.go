@@ -28,7 +28,7 @@ type ProcsOptions struct {
 	// NodeSluiced, where not empty, is the binary of node i instead of
 	// Sluiced (a rolling upgrade: older and newer daemons in one cluster).
 	NodeSluiced []string
-	// FirstContact, if not empty, is --first-contact (token or share),
+	// FirstContact, if not empty, is --first-contact (auto, token or share),
 	// given to the nodes that run Sluiced (not to NodeSluiced's builds,
 	// which may be older than the flag).
 	FirstContact string

@@ -36,7 +36,7 @@ func simCommand() *cli.Command {
 			&cli.StringFlag{Name: "gossip-mode", Usage: "auto (default), direct, relay or owner"},
 			&cli.IntFlag{Name: "aggregate-above", Usage: "owner mode: users of one key before they go through aggregators (default 64, as sluiced; -1: never)"},
 			&cli.BoolFlag{Name: "first-share", Usage: "hold new buckets to burst/nodes for one propagation delay, keep the fair floor and, in owner mode, shares of the owner's view, as sluiced does"},
-			&cli.StringFlag{Name: "first-contact", Value: "token", Usage: "with --first-share: token (at least one token per node at first contact, sluiced's default) or share (the share rounded at random: sluiced's --first-contact share)"},
+			&cli.StringFlag{Name: "first-contact", Value: "auto", Usage: "with --first-share: auto (burst / the crowd the owners said of the rule's keys at first contact, sluiced's default), token (at least one token per node at first contact) or share (burst / members rounded at random)"},
 			&cli.DurationFlag{Name: "push-pull-interval", Value: 10 * time.Second, Usage: "push-pull interval (memberlist stretches it above 32 members)"},
 			&cli.Float64Flag{Name: "loss", Usage: "fraction of packets lost"},
 			&cli.DurationFlag{Name: "latency", Value: 100 * time.Microsecond, Usage: "one-way latency, fixed part"},

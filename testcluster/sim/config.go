@@ -41,8 +41,8 @@ type Config struct {
 	// testcluster's in-process clusters.
 	FirstShare bool
 	// FirstContact is how, with FirstShare, the hold counts a node's share
-	// of the burst (bucket.StoreConfig.FirstContact); default: at least
-	// one token, as sluiced's default.
+	// of the burst (bucket.StoreConfig.FirstContact); default: auto, as
+	// sluiced's default.
 	FirstContact bucket.FirstContact
 
 	// Network.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"strconv"
@@ -182,6 +183,7 @@ func TestOwnerSharesHoldTheLimitAndShareIt(t *testing.T) {
 		fairAtLeast float64 // 2 s shares within ±25%, if not 0
 	}{
 		{"300 nodes, 20 req/s each, strict first contact", Config{Nodes: 300, Duration: 3 * time.Second, MinPerNode: 20, FirstContact: bucket.FirstContactShare}, 0.95, 1.03, 210, 0},
+		{"300 nodes, 20 req/s each, default first contact (auto)", Config{Nodes: 300, Duration: 3 * time.Second, MinPerNode: 20}, 0.95, 1.03, 210, 0},
 		{"10 nodes, even demand", Config{Nodes: 10, Duration: 10 * time.Second}, 0.97, 1.03, 210, 0.9},
 		{"50 nodes, even demand (2 tokens/s each)", Config{Nodes: 50, Duration: 10 * time.Second}, 0.97, 1.03, 210, 0.85},
 	} {
@@ -207,15 +209,43 @@ func TestOwnerSharesHoldTheLimitAndShareIt(t *testing.T) {
 	}
 }
 
+// Goal 1 of issue 20 with sluiced's default first contact (auto): every
+// node meets a new key at once, at 20 req/s each, and the cluster admits
+// about one burst + the rate in the first second and the limit over 5 s,
+// whatever its size (--first-contact token: 999 and 2,999 in the first
+// second at 1,000 and 3,000 nodes, 166.5% and 499.8% over 5 s).
+func TestDefaultFirstContactHoldsAHerd(t *testing.T) {
+	skipHeavyUnderRace(t)
+	for _, nodes := range []int{1000, 3000} {
+		t.Run(fmt.Sprint(nodes), func(t *testing.T) {
+			s, err := New(Config{Nodes: nodes, Duration: 5 * time.Second, Seed: 1, MinPerNode: 20, GossipMode: "owner", FirstShare: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := s.Run()
+			t.Logf("admitted %d of %.0f allowed (%.1f%%), first second %d", r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond)
+			if r.Accuracy < 0.95 || r.Accuracy > 1.05 {
+				t.Errorf("admitted %.1f%% of the limit over 5 s, want 95-105%%", 100*r.Accuracy)
+			}
+			if r.FirstSecond > 230 {
+				t.Errorf("first second %d, want about one burst + the rate (200), at most 230", r.FirstSecond)
+			}
+		})
+	}
+}
+
 // Light users, the per-user-limit workload: every node's requests are
 // spread over as many keys as nodes, each key offered half its limit, so
 // every request should pass; a node calls each key a few times a second
 // and forgets it between calls (a bucket refused nothing refills and is
 // swept), so it meets the key "for the first time" again and again. With
-// sluiced's default first contact (a token at least) they are served;
-// with the strict share (burst / members rounded at random, 20 / 100
-// here) a fifth of a node's first calls pass and the users are refused far
-// below their limit: that is what --first-contact share costs.
+// --first-contact token (a token at least) they are served; with the
+// strict share (burst / members rounded at random, 20 / 100 here) a fifth
+// of a node's first calls pass and the users are refused far below their
+// limit: that is what --first-contact share costs. sluiced's default, auto,
+// serves them once a node has heard, at a first contact of one of the
+// rule's keys, that few nodes use it (burst / that crowd is a token or
+// more); its first calls, before any answer, are held as share's.
 func TestFirstContactServesLightUsers(t *testing.T) {
 	for _, tc := range []struct {
 		contact   bucket.FirstContact
@@ -223,6 +253,7 @@ func TestFirstContactServesLightUsers(t *testing.T) {
 	}{
 		{bucket.FirstContactToken, 0.99, 1},
 		{bucket.FirstContactShare, 0, 0.9},
+		{bucket.FirstContactAuto, 0.97, 1},
 	} {
 		t.Run(tc.contact.String(), func(t *testing.T) {
 			s, err := New(Config{Nodes: 100, Duration: 3 * time.Second, Seed: 1, GossipMode: "owner", FirstShare: true,
