@@ -769,7 +769,8 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
 		if a.users > 0 {
-			users = append(users, keyView{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: a.balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
+			balance := s.boundViewLocked(sender, a, bounded, al) // ownerviewbound.go
+			users = append(users, keyView{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
 		}
 	}
 	return charges, users, nil
