@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -601,7 +602,10 @@ func (s *Syncer) newcomerPrevLocked(o *ownedKey, c Counter) uint64 {
 	}
 	balance, _ := bounded.Balance(c.Rule, c.Key)
 	debt := max(0, a.Burst-a.Soft-balance)
-	return o.total - min(o.total, uint64(debt))
+	// Rounded to the nearest token: truncated, a bucket that refilled a
+	// hair since the debt was taken told each newcomer one token less
+	// (TestNewcomerIsToldTheWholeDebt).
+	return o.total - min(o.total, uint64(math.Round(debt)))
 }
 
 // aggregateOwnLocked adds this node's own consumption of a key it owns to
