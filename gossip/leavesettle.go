@@ -26,7 +26,11 @@ import "time"
 // its contributors with the latest total and (for contributors that send
 // heard messages, ownerrepeat.go) heard them confirm it. Until it says it
 // is leaving it is a full member and the owner of its keys, so what it
-// sends is taken. Nothing changes on the wire: a node of an earlier version
+// sends is taken. Once settled, and until it is gone, it counts (and
+// acknowledges) no more counters sent to it as an owner: their senders keep
+// them and send them to the key's next owner (or, after ownerFailover
+// unanswered rounds, to the replica), which counts them; what it counted
+// before it has told. Nothing changes on the wire: a node of an earlier version
 // simply leaves at once, as before.
 
 // leaveSettleShare is the part of Leave's timeout spent settling at most;

@@ -691,6 +691,10 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 // receiveOwnerCounters counts a contributor's counters into this node's
 // aggregates and returns what to charge here.
 func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
+	if s.leaving.Load() {
+		s.stats.IgnoredPackets.Add(1) // left to the key's next owner (leavesettle.go)
+		return nil, nil
+	}
 	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
 	nowNanos := uint64(max(0, s.clock().UnixNano()))
