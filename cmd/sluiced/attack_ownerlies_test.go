@@ -27,10 +27,10 @@ import (
 // replica of every key on the daemon's ring, so the daemon takes its
 // answers for every key.
 
-// ownerLiesRules: burst 100 refilling 100 an hour (0.03 a second), so a
-// balance read during the test is what was charged, and what one node may
-// admit over the test is about one burst.
-const ownerLiesRules = "rules:\n  r:\n    rate: 100/1h\n    burst: 100\n"
+// ownerLiesRules: r, burst 100 refilling 100 an hour (0.03 a second), so
+// a balance read during the test is what was charged, and what one node
+// may admit over the test is about one burst; f, burst 100 at 100/s.
+const ownerLiesRules = "rules:\n  r:\n    rate: 100/1h\n    burst: 100\n  f:\n    rate: 100/1s\n    burst: 100\n"
 
 // ownerRogue is a bare memberlist node with the cluster's key that notes
 // the subscriptions the daemon's answers name (key → gen) and the keys the
@@ -164,7 +164,7 @@ func ownerStamped(kind uint64, entries ...[]byte) []byte {
 }
 
 // ownerCounters is the rogue's own counter of key (kind 4), used tokens.
-func ownerCounters(key string, epoch, used uint64) []byte {
+func ownerCounters(rule, key string, epoch, used uint64) []byte {
 	b := mp.AppendArrayHeader(nil, 5)
 	b = mp.AppendUint(b, 4)
 	b = mp.AppendStr(b, "rogue")
@@ -173,7 +173,7 @@ func ownerCounters(key string, epoch, used uint64) []byte {
 	b = mp.AppendArrayHeader(b, 1)
 	b = mp.AppendArrayHeader(b, 6)
 	b = mp.AppendUint(b, 0)
-	b = mp.AppendStr(b, "r")
+	b = mp.AppendStr(b, rule)
 	b = mp.AppendStr(b, key)
 	b = mp.AppendUint(b, epoch)
 	b = mp.AppendUint(b, 0)
@@ -182,9 +182,9 @@ func ownerCounters(key string, epoch, used uint64) []byte {
 }
 
 // heardEntry is one key's heard entry: [rule, key, gen, start, last, debt].
-func heardEntry(key string, gen, start, last, debt uint64) []byte {
+func heardEntry(rule, key string, gen, start, last, debt uint64) []byte {
 	b := mp.AppendArrayHeader(nil, 6)
-	b = mp.AppendStr(b, "r")
+	b = mp.AppendStr(b, rule)
 	b = mp.AppendStr(b, key)
 	for _, v := range [...]uint64{gen, start, last, debt} {
 		b = mp.AppendUint(b, v)
@@ -228,13 +228,13 @@ func ownerLiesCluster(t *testing.T) (a *adminNode, addr string, rogue *ownerRogu
 // subscribe makes the rogue a contributor of n keys of the daemon's own
 // (one token each, which the daemon charges) and returns those keys with
 // the subscriptions the daemon's answers named.
-func (r *ownerRogue) subscribe(t *testing.T, addr, prefix string, n int) []string {
+func (r *ownerRogue) subscribe(t *testing.T, addr, rule, prefix string, n int) []string {
 	t.Helper()
 	epoch := uint64(time.Now().UnixNano())
 	var keys []string
 	for i := 0; len(keys) < n && i < 20*n; i++ {
 		k := fmt.Sprintf("%s-%d", prefix, i)
-		r.send(t, addr, ownerCounters(k, epoch, 1))
+		r.send(t, addr, ownerCounters(rule, k, epoch, 1))
 		keys = append(keys, k)
 	}
 	eventually(t, "the daemon answers the rogue's counters", func() bool {
@@ -263,7 +263,7 @@ func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 
 	// Keys the daemon holds a bucket of (one token each spent on it), the
 	// rogue a subscription of (one token each, counted by the daemon).
-	young := rogue.subscribe(t, addr, "young", 4)
+	young := rogue.subscribe(t, addr, "r", "young", 4)
 	subscribed := time.Now()
 	for _, k := range young {
 		if !allowFresh(a.c, "r", k) {
@@ -283,7 +283,7 @@ func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stranger.Close()
-	plain, err := memberlist.AddLabelHeaderToPacket(append([]byte{8}, ownerStamped(9, heardEntry(young[0], g0, 0, 0, math.MaxUint64))...), gossip.DefaultLabel)
+	plain, err := memberlist.AddLabelHeaderToPacket(append([]byte{8}, ownerStamped(9, heardEntry("r", young[0], g0, 0, 0, math.MaxUint64))...), gossip.DefaultLabel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,13 +300,13 @@ func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 	// keys nobody uses.
 	g1, _ := rogue.gen(young[1])
 	g2, _ := rogue.gen(young[2])
-	lies := [][]byte{heardEntry(young[1], g1, 0, 0, math.MaxUint64), heardEntry(young[2], g2+1, 0, 0, math.MaxUint64),
-		heardEntry("never", 1, 0, 0, math.MaxUint64)}
+	lies := [][]byte{heardEntry("r", young[1], g1, 0, 0, math.MaxUint64), heardEntry("r", young[2], g2+1, 0, 0, math.MaxUint64),
+		heardEntry("r", "never", 1, 0, 0, math.MaxUint64)}
 	var ghosts [][]byte
 	for i := range 1000 {
-		ghosts = append(ghosts, heardEntry(fmt.Sprintf("ghost-%d", i), uint64(i), 0, 0, math.MaxUint64))
+		ghosts = append(ghosts, heardEntry("r", fmt.Sprintf("ghost-%d", i), uint64(i), 0, 0, math.MaxUint64))
 	}
-	malformed := ownerStamped(9, heardEntry(young[3], 1, 5, 0, math.MaxUint64))
+	malformed := ownerStamped(9, heardEntry("r", young[3], 1, 5, 0, math.MaxUint64))
 	t.Logf("the lies begin %v after the subscriptions", time.Since(subscribed).Round(time.Millisecond))
 	lowest := map[string]float64{}
 	pace := time.NewTicker(20 * time.Millisecond)
@@ -346,7 +346,7 @@ func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 	// Memory: 20,000 heard messages of the most entries a packet holds.
 	big := make([][]byte, 0, 40)
 	for i := range 40 {
-		big = append(big, heardEntry(fmt.Sprintf("g%d", i), uint64(i), 0, 0, 1))
+		big = append(big, heardEntry("r", fmt.Sprintf("g%d", i), uint64(i), 0, 0, 1))
 	}
 	for i := range 20000 {
 		rogue.send(t, addr, ownerStamped(9, big...))
@@ -359,6 +359,54 @@ func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 	t.Logf("peak RSS grew %d MiB over the attack", grew)
 	if grew > 32 {
 		t.Errorf("peak RSS grew %d MiB under the heard flood", grew)
+	}
+}
+
+// The same lie on a key that refills (100/s, burst 100) while a client
+// asks the daemon for it as fast as it can: for as long as the aggregate
+// is young (ownerLearnFor, 50 intervals of 20 ms) every lie empties the
+// daemon's bucket again, so what the lie denies honest users is the burst
+// and the refill the lie takes before they do: at most a burst plus
+// ownerLearnFor's refill (100 + 100), asserted; the figure is logged.
+func TestOwnerLiesKeyedRogueHeardDebtOnARefillingKey(t *testing.T) {
+	a, addr, rogue := ownerLiesCluster(t)
+	key := rogue.subscribe(t, addr, "f", "fast", 1)[0]
+	g, _ := rogue.gen(key)
+	var admitted, asked int
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if d := a.c.Allow(context.Background(), "f", key); d.Allowed && !d.FailedOpen {
+				admitted++
+			}
+			asked++
+		}
+	}()
+	pace := time.NewTicker(20 * time.Millisecond)
+	defer pace.Stop()
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		rogue.send(t, addr, ownerStamped(9, heardEntry("f", key, g, 0, 0, math.MaxUint64)))
+		<-pace.C // the attack's pace, not waiting for an outcome
+	}
+	close(stop)
+	<-done
+	elapsed := time.Since(start).Seconds()
+	left := max(0, a.balance(t, "f", key)) // not denied: not yet taken (a client the machine starved)
+	a.assertUpOwner(t)
+	honest := 100 - 1 + 100*elapsed // the rogue's own token counted
+	denied := honest - float64(admitted) - left
+	t.Logf("admitted %d of %d asked over %.2fs, %.1f left in the bucket; honest burst + rate × T less the rogue's token: %.0f; denied by the lies: %.0f (a burst: 100; bound: a burst + 1 s of rate, 200)",
+		admitted, asked, elapsed, left, honest, denied)
+	if denied > 200+10 {
+		t.Errorf("heard lies denied %.0f tokens of a refilling key, above a burst + the young aggregate's refill (200)", denied)
 	}
 }
 
