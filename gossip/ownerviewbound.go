@@ -50,6 +50,6 @@ func (s *Syncer) boundViewLocked(sender string, a ownerAnswer, bounded BoundedLe
 		return a.balance
 	}
 	s.suspectLocked(sender, Counter{Rule: a.rule, Key: a.key, Epoch: a.gen, Window: a.window},
-		"an owner's view above this node's balance by more than the lag explains", uint64(min(a.balance, math.MaxUint32)), uint64(max(0, top)))
+		"an owner's view above this node's balance by more than the lag explains", uint64(max(0, min(a.balance, math.MaxUint32))), uint64(max(0, min(top, math.MaxUint32))))
 	return top
 }
