@@ -227,7 +227,9 @@ func (s *Syncer) Join(peers []string) (int, error) {
 }
 
 // Leave tells the cluster this node is going and waits up to timeout for
-// that to be sent. Joining and reconnecting stop; counters still go out and
+// that to be sent. In owner mode it first spends up to half of timeout
+// settling: until its own counters are acknowledged and its aggregates'
+// answers are out (leavesettle.go). Joining and reconnecting stop; counters still go out and
 // come in until Shutdown, which is what must follow. Leave before Start, a
 // second time or after Shutdown does nothing.
 func (s *Syncer) Leave(timeout time.Duration) error {
@@ -236,6 +238,11 @@ func (s *Syncer) Leave(timeout time.Duration) error {
 	if s.life != running {
 		return nil
 	}
+	// In owner mode, first let what this node counted and owns reach the
+	// others while it is still a full member (leavesettle.go).
+	began := time.Now()
+	s.settleBeforeLeave(timeout / leaveSettleShare)
+	timeout = max(0, timeout-time.Since(began))
 	s.life = left
 	s.leaving.Store(true)
 	// First say it is leaving (in its metadata), then leave: peers that

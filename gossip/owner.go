@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -620,7 +621,10 @@ func (s *Syncer) newcomerPrevLocked(o *ownedKey, c Counter) uint64 {
 	}
 	balance, _ := bounded.Balance(c.Rule, c.Key)
 	debt := max(0, a.Burst-a.Soft-balance)
-	return o.total - min(o.total, uint64(debt))
+	// Rounded to the nearest token: truncated, a bucket that refilled a
+	// hair since the debt was taken told each newcomer one token less
+	// (TestNewcomerIsToldTheWholeDebt).
+	return o.total - min(o.total, uint64(math.Round(debt)))
 }
 
 // aggregateOwnLocked adds this node's own consumption of a key it owns to
@@ -707,6 +711,10 @@ func (s *Syncer) receiveOwner(kind uint64, b []byte) {
 // receiveOwnerCounters counts a contributor's counters into this node's
 // aggregates and returns what to charge here.
 func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
+	if s.leaving.Load() {
+		s.stats.IgnoredPackets.Add(1) // left to the key's next owner (leavesettle.go)
+		return nil, nil
+	}
 	bounded, _ := s.ledger.(BoundedLedger)
 	now := s.sinceBorn()
 	nowNanos := uint64(max(0, s.clock().UnixNano()))
@@ -801,7 +809,8 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			s.aggViewHeardLocked(a) // owneragg.go
 		}
 		if a.users > 0 && !group { // a group's view reaches this node's ledger as its users' do (owneragg.go)
-			users = append(users, keyView{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: a.balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
+			balance := s.boundViewLocked(sender, a, bounded, al) // ownerviewbound.go: an owner's or an aggregator's
+			users = append(users, keyView{a.rule, a.key, a.window, OwnerView{Users: a.users, Balance: balance, AckEpoch: a.ackEpoch, AckUsed: a.ackUsed}})
 		}
 	}
 	return charges, users, nil

@@ -605,6 +605,12 @@ func TestProcsOwnerModeConverges(t *testing.T) {
 	var lags []float64
 	var since time.Time
 	stalls := stallWatch()
+	lastSeen := ""
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(lastSeen)
+		}
+	})
 	for p := range probes {
 		key := fmt.Sprint("conv-", p/perKey) // a new key every few probes: every node used it within a second or so
 		taken := float64(p%perKey + n)
@@ -617,6 +623,7 @@ func TestProcsOwnerModeConverges(t *testing.T) {
 				nd := c.node(i)
 				netnsWithin(t, 15*time.Second, nd.name+" shows every node's first token", func() bool {
 					b, ok := nd.balance("ledger", key)
+					lastSeen = fmt.Sprintf("%s's last balance of %s: %.3f, %.3f of %.0f tokens shown", nd.name, key, b, ledgerBurst-b, taken)
 					return ok && b <= ledgerBurst-taken+0.5
 				})
 			}
