@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates docs/SCALING.md's simulated tables (cmd/testcluster sim
 # --report): N = 3 ... 10,000 under both designs, "broadcast" (direct fan-out
-# up to 64 members, relayed above) and owner mode, seed 1, each table
-# rewritten between its <!-- sim-... --> markers as soon as its runs finish:
+# up to 64 members, relayed above) and owner mode, each run as sluiced runs
+# it (first-contact hold, fair floor, owner's shares: --first-share; sluiced's
+# default --first-contact token, and owner mode with --first-contact share
+# too in sim-hot and sim-loss), seed 1, each table rewritten between its
+# <!-- sim-... --> markers as soon as its runs finish, and the goals at a
+# glance (<!-- goals -->) after each table:
 #   sim-hot     saturating load on one key, 20 req/s per node (accuracy,
 #               overshoot, convergence, per-node cost);
 #   sim-loss    the same with 10% and 30% packet loss;
@@ -17,7 +21,11 @@
 # its own wall and CPU time. The validation against real processes is separate:
 # go run -C cmd/testcluster . sim --validate.
 #
-# Usage: scripts/scaling.sh [--tables sim-hot ...] [--max-nodes N]
+# --design owner (or broadcast) runs only that design's rows and keeps the
+# other's as the document holds them; --resume continues the regeneration
+# that stopped (the newest named in the tables' notes), keeping its rows.
+#
+# Usage: scripts/scaling.sh [--tables sim-hot ...] [--max-nodes N] [--design owner|broadcast] [--resume] [--doc PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out
