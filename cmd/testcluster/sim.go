@@ -49,6 +49,7 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "report", Usage: "regenerate docs/SCALING.md's simulated tables and its goals at a glance, both designs as sluiced runs them, N = 3 to --max-nodes (scripts/scaling.sh); --nodes etc. are ignored"},
 			&cli.BoolFlag{Name: "validate", Usage: "run the simulator against real sluiced processes (3, 10, 50) and rewrite docs/SCALING.md's validation table"},
 			&cli.StringFlag{Name: "recorded", Value: "../../docs/benchmarks/raw/cluster.txt", Usage: "with --validate: BenchmarkGossipCost's recorded results, to compare traffic with"},
+			&cli.IntSliceFlag{Name: "validate-nodes", Usage: "with --validate: the cluster sizes (default 3, 10, 50)"},
 			&cli.BoolFlag{Name: "traffic-only", Usage: "with --validate: only the traffic comparison (no processes)"},
 			&cli.StringFlag{Name: "sluiced", Usage: "with --validate: a sluiced binary to use instead of building one"},
 			&cli.StringSliceFlag{Name: "tables", Usage: "with --report: only these tables (sim-hot, sim-loss, sim-churn, sim-fair, sim-spread)"},
