@@ -199,13 +199,25 @@ func TestGoalsFromRows(t *testing.T) {
 	if rows[2].loss != "churn 1%/min" {
 		t.Fatalf("churn parsed as %q", rows[2].loss)
 	}
-	table := goalsTable(map[string][]goalRow{"sim-hot": rows[:2], "sim-churn": rows[2:]})
+	var spread []goalRow
+	for _, line := range []string{
+		"| 50 | owner | token | owner | 0% | 12500 / 30000 (42%) | 0 | +0 (0.0 bursts) | 18 / 31 ms; 13/13, 13 within (5 holders) | - | 74.8 kB | 1044 | 2317 | 1.59% | 0.29, 10 MB |\n",
+		"| 10000 | owner | token | owner | 0% | 999940 / 3000000 (33%) | 0 | +0 (0.0 bursts) | 17 / 27 ms; 5/5, 5 within (5 holders) | - | 110.3 kB | 1744 | 10872 | 3.94% | 247.61, 1152 MB |\n",
+	} {
+		g, ok := parseGoalRow(line)
+		if !ok {
+			t.Fatalf("not parsed: %s", line)
+		}
+		spread = append(spread, g)
+	}
+	table := goalsTable(map[string][]goalRow{"sim-hot": rows[:2], "sim-churn": rows[2:], "sim-spread": spread})
 	for _, want := range []string{
-		"| goal: design, first contact | N = 50 | N = 1000 | N = 3000 |",
-		"| 1. overshoot (hot key): owner, first contact share | not run | 100.2%, worst 1 s +0.1 bursts: met | not run |",
-		"| 1. overshoot (hot key): owner, first contact token | not run | not run | 499.8%, worst 1 s +28.0 bursts: **not met** |",
-		"3. convergence p99 (hot key): owner, first contact token | not run | not run | 45 ms, 10 of 16 within: **not met** |",
-		"| 4. churn 1%/min: owner, first contact token | 100.0%: met | not run | not run |",
+		"| goal: design, first contact | N = 50 | N = 1000 | N = 3000 | N = 10000 |",
+		"| 2. per-node cost (spread load): owner, first contact token | 74.8 kB/s, 1044 pkt/s | not run | not run | 110.3 kB/s, 1744 pkt/s (of 50: bytes ×1.47, packets ×1.67, est. CPU ×2.48): bytes and packets met, **est. CPU not met** |",
+		"| 1. overshoot (hot key): owner, first contact share | not run | 100.2%, worst 1 s +0.1 bursts: met | not run | not run |",
+		"| 1. overshoot (hot key): owner, first contact token | not run | not run | 499.8%, worst 1 s +28.0 bursts: **not met** | not run |",
+		"3. convergence p99 (hot key): owner, first contact token | not run | not run | 45 ms, 10 of 16 within: **not met** | not run |",
+		"| 4. churn 1%/min: owner, first contact token | 100.0%: met | not run | not run | not run |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("no %q in\n%s", want, table)
