@@ -15,10 +15,11 @@
 #   sim-spread  50 req/s per node over N keys (per-node cost at a fixed
 #               per-host load).
 # Broadcast stops at 2,000 nodes (hot), 1,000 (loss) and 100 (churn, fair,
-# spread): its simulated work grows as N^2. The whole run costs about 14
-# minutes of CPU (one core): 15-20 minutes of wall time on a quiet machine,
-# about an hour on the shared 2-core development machine; each table states
-# its own wall and CPU time. The validation against real processes is separate:
+# spread): its simulated work grows as N^2. The whole run costs about 22
+# minutes of the simulator's CPU (one core): 52 minutes of wall time on the
+# shared 2-core development machine (2026-11-24, load 3-15), of which owner
+# mode's rows about 30 (mostly the spread load at 3,000 and 10,000 nodes);
+# each table states its own wall and CPU time. The validation against real processes is separate:
 # go run -C cmd/testcluster . sim --validate.
 #
 # --design owner (or broadcast) runs only that design's rows and keeps the
