@@ -22,8 +22,9 @@ import (
 // the fan-out limit), rewritten between the table's markers once its runs
 // are done. Every run is what sluiced runs: the first-contact hold, the fair
 // floor and, in owner mode, the shares of the owner's view (--first-share),
-// with sluiced's default --first-contact token; where first contact decides
-// the figures (hot key, loss), owner mode also with --first-contact share.
+// with sluiced's default --first-contact auto (owner rows); where first
+// contact decides the figures (hot key, loss), owner mode also with
+// --first-contact token. Broadcast's rows run with token.
 
 // simReport runs the tables asked for (all by default) up to --max-nodes
 // and rewrites each in the document as soon as its runs finish; then the
@@ -196,17 +197,19 @@ func owner(c sim.Config) sim.Config {
 // asSluiced runs c as sluiced does: the first-contact hold, the fair floor
 // and, in owner mode, the owner's views (daemon.Config.NoFirstShare is
 // false in every sluiced), first contact as given (sluiced's default:
-// token).
+// auto).
 func asSluiced(c sim.Config, contact bucket.FirstContact) sim.Config {
 	c.FirstShare, c.FirstContact = true, contact
 	return c
 }
 
-// sluiced is c as sluiced runs it by default (--first-contact token).
-func sluiced(c sim.Config) sim.Config { return asSluiced(c, bucket.FirstContactToken) }
+// sluiced is c as sluiced runs it by default (--first-contact auto).
+func sluiced(c sim.Config) sim.Config { return asSluiced(c, bucket.FirstContactAuto) }
 
-// shareContact is c as sluiced runs it with --first-contact share.
-func shareContact(c sim.Config) sim.Config { return asSluiced(c, bucket.FirstContactShare) }
+// tokenContact is c as sluiced runs it with --first-contact token (the
+// default before auto; broadcast's rows run with it: in direct and relayed
+// gossip no owner reports a crowd, so auto counts as share there).
+func tokenContact(c sim.Config) sim.Config { return asSluiced(c, bucket.FirstContactToken) }
 
 // reportTables are SCALING.md's simulated tables: the limit 100/s burst
 // 100, 20 ms gossip, seed 1, defaults otherwise. Broadcast stops where its
@@ -231,10 +234,10 @@ var reportTables = func() []reportTable {
 	var hot, lossy, churn, fair, spread []sim.Config
 	for _, n := range []int{3, 10, 50, 100, 1000, 2000, 3000, 10000} {
 		if n <= 2000 {
-			hot = append(hot, sluiced(big(broadcast(hotOf(n)))))
+			hot = append(hot, tokenContact(big(broadcast(hotOf(n)))))
 		}
 		if n != 2000 {
-			hot = append(hot, sluiced(owner(hotOf(n))), shareContact(owner(hotOf(n))))
+			hot = append(hot, sluiced(owner(hotOf(n))), tokenContact(owner(hotOf(n))))
 		}
 	}
 	for _, n := range []int{3, 10, 50, 100, 1000, 10000} {
@@ -242,16 +245,16 @@ var reportTables = func() []reportTable {
 			c := hotOf(n)
 			c.Loss = loss
 			if n <= 1000 {
-				lossy = append(lossy, sluiced(broadcast(c)))
+				lossy = append(lossy, tokenContact(broadcast(c)))
 			}
-			lossy = append(lossy, sluiced(owner(c)), shareContact(owner(c)))
+			lossy = append(lossy, sluiced(owner(c)), tokenContact(owner(c)))
 		}
 	}
 	for _, n := range []int{50, 100, 1000} {
 		for _, perMinute := range []float64{0.01, 0.1} {
 			c := sim.Config{Nodes: n, Duration: 2 * time.Minute, Seed: 1, MinPerNode: 20, ChurnPerMinute: perMinute}
 			if n <= 100 {
-				churn = append(churn, sluiced(broadcast(c)))
+				churn = append(churn, tokenContact(broadcast(c)))
 			}
 			churn = append(churn, sluiced(owner(c)))
 		}
@@ -261,7 +264,7 @@ var reportTables = func() []reportTable {
 		// window is 100 requests: shares are measurable at every size.
 		c := sim.Config{Nodes: n, Duration: secs(n), Seed: 1, Rate: 50 * float64(n)}
 		if n <= 100 {
-			fair = append(fair, sluiced(broadcast(c)))
+			fair = append(fair, tokenContact(broadcast(c)))
 		}
 		fair = append(fair, sluiced(owner(c)))
 	}
@@ -276,7 +279,7 @@ var reportTables = func() []reportTable {
 		}
 		c := sim.Config{Nodes: n, Duration: d, Seed: 1, Scenario: sim.Spread}
 		if n <= 100 {
-			spread = append(spread, sluiced(broadcast(c)))
+			spread = append(spread, tokenContact(broadcast(c)))
 		}
 		spread = append(spread, sluiced(owner(c)))
 	}
@@ -307,7 +310,7 @@ func commandOf(c sim.Config) string {
 	}
 	if c.FirstShare {
 		b.WriteString(" --first-share")
-		if c.FirstContact != bucket.FirstContactToken {
+		if c.FirstContact != bucket.FirstContactAuto {
 			fmt.Fprintf(&b, " --first-contact %s", c.FirstContact)
 		}
 	}

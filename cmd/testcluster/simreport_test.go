@@ -32,8 +32,11 @@ func TestReportTables(t *testing.T) {
 			if !c.FirstShare { // every sluiced runs with it
 				t.Errorf("%s: %d nodes %s without the first share", tb.marker, c.Nodes, d)
 			}
-			if c.FirstContact != bucket.FirstContactToken {
-				d += ", share"
+			switch {
+			case d == "broadcast" && c.FirstContact != bucket.FirstContactToken:
+				t.Errorf("%s: broadcast at %d nodes with first contact %s, want token", tb.marker, c.Nodes, c.FirstContact)
+			case d == "owner" && c.FirstContact != bucket.FirstContactAuto:
+				d += ", " + c.FirstContact.String()
 				sizes[tb.marker][d] = append(sizes[tb.marker][d], c.Nodes)
 			}
 		}
@@ -45,7 +48,7 @@ func TestReportTables(t *testing.T) {
 		{"sim-hot", "owner", 10000}, {"sim-hot", "broadcast", 2000},
 		{"sim-spread", "owner", 10000}, {"sim-spread", "broadcast", 100},
 		{"sim-loss", "owner", 10000}, {"sim-fair", "owner", 1000}, {"sim-churn", "owner", 1000},
-		{"sim-hot", "owner, share", 10000}, {"sim-loss", "owner, share", 10000},
+		{"sim-hot", "owner, token", 10000}, {"sim-loss", "owner, token", 10000},
 	} {
 		got := sizes[tc.table][tc.design]
 		if len(got) == 0 || got[0] != 3 && tc.table != "sim-churn" || got[len(got)-1] != tc.largest {
@@ -59,7 +62,7 @@ func TestReportTables(t *testing.T) {
 	}{
 		{c, "go run -C cmd/testcluster . sim --nodes 1000 --seconds 5 --seed 1 --min-per-node 20 --loss 0.1 --gossip-mode owner"},
 		{sluiced(c), "go run -C cmd/testcluster . sim --nodes 1000 --seconds 5 --seed 1 --min-per-node 20 --loss 0.1 --gossip-mode owner --first-share"},
-		{shareContact(c), "go run -C cmd/testcluster . sim --nodes 1000 --seconds 5 --seed 1 --min-per-node 20 --loss 0.1 --gossip-mode owner --first-share --first-contact share"},
+		{tokenContact(c), "go run -C cmd/testcluster . sim --nodes 1000 --seconds 5 --seed 1 --min-per-node 20 --loss 0.1 --gossip-mode owner --first-share --first-contact token"},
 	} {
 		if got := commandOf(tc.c); got != tc.want {
 			t.Errorf("commandOf: %q, want %q", got, tc.want)
@@ -122,7 +125,7 @@ func TestReportResumes(t *testing.T) {
 		t.Fatalf("newest regeneration %q, %v; want %q", newest, err, newer.id)
 	}
 	done, err := keptRows(path, tb, "", newest)
-	if err != nil || len(done) != 1 || !strings.HasPrefix(done[commandOf(runs[0])], "| 3 | broadcast | token | direct |") {
+	if err != nil || len(done) != 1 || !strings.HasPrefix(done[commandOf(runs[0])], "| 3 | broadcast | auto | direct |") {
 		t.Fatalf("rows done: %q, %v", done, err)
 	}
 	if kept, _ := keptRows(path, other, "", newest); len(kept) != 0 {
@@ -132,7 +135,7 @@ func TestReportResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc, _ = os.ReadFile(path)
-	if strings.Contains(string(doc), "**Incomplete**") || !strings.Contains(string(doc), "| 4 | owner | token | owner |") ||
+	if strings.Contains(string(doc), "**Incomplete**") || !strings.Contains(string(doc), "| 4 | owner | auto | owner |") ||
 		!strings.Contains(string(doc), "1 rows kept") {
 		t.Fatalf("resumed table:\n%s", doc)
 	}
@@ -170,7 +173,7 @@ func TestReportOneDesign(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc, _ = os.ReadFile(path)
-	for _, want := range []string{"| 3 | broadcast | KEPT", "| 3 | owner | token | owner |", "of the owner rows only", "1 rows kept"} {
+	for _, want := range []string{"| 3 | broadcast | KEPT", "| 3 | owner | auto | owner |", "of the owner rows only", "1 rows kept"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("no %q in:\n%s", want, doc)
 		}
