@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicelabs/sluice/bucket"
 	"github.com/sluicelabs/sluice/testcluster/sim"
 )
 
@@ -18,10 +20,15 @@ import (
 // the fan-out limit, relayed above, the design before issue 20, forced with
 // --gossip-mode relay) and "owner" (--gossip-mode owner; auto's choice above
 // the fan-out limit), rewritten between the table's markers once its runs
-// are done.
+// are done. Every run is what sluiced runs: the first-contact hold, the fair
+// floor and, in owner mode, the shares of the owner's view (--first-share),
+// with sluiced's default --first-contact auto (owner rows); where first
+// contact decides the figures (hot key, loss), owner mode also with
+// --first-contact token. Broadcast's rows run with token.
 
 // simReport runs the tables asked for (all by default) up to --max-nodes
-// and rewrites each in the document as soon as its runs finish.
+// and rewrites each in the document as soon as its runs finish; then the
+// goals at a glance, from the tables as the document holds them.
 func simReport(c *cli.Context) error {
 	maxNodes, err := strconv.Atoi(c.String("max-nodes"))
 	if err != nil {
@@ -33,21 +40,34 @@ func simReport(c *cli.Context) error {
 			return fmt.Errorf("--tables: no table %q", name)
 		}
 	}
+	design := c.String("design")
+	if design != "" && design != "owner" && design != "broadcast" {
+		return fmt.Errorf("--design %q: want owner or broadcast", design)
+	}
+	path := c.String("doc")
 	start := time.Now()
+	regen := regeneration{id: start.UTC().Format(time.RFC3339), design: design}
+	var newest string
+	if c.Bool("resume") {
+		if newest, err = newestRegeneration(path); err != nil {
+			return err
+		}
+	}
 	for _, t := range reportTables {
 		if len(only) > 0 && !slices.Contains(only, t.marker) {
 			continue
 		}
-		var done []string
-		if c.Bool("resume") {
-			if done, err = doneRows(c.String("doc"), t); err != nil {
-				return err
-			}
+		kept, err := keptRows(path, t, design, newest)
+		if err != nil {
+			return err
 		}
-		err := runTable(t, maxNodes, done, func(table string) error {
-			return rewriteBetweenMarkers(c.String("doc"), map[string]string{t.marker: table})
+		err = runTable(t, maxNodes, regen, kept, func(table string) error {
+			return rewriteBetweenMarkers(path, map[string]string{t.marker: table})
 		})
 		if err != nil {
+			return err
+		}
+		if err := writeGoals(path); err != nil {
 			return err
 		}
 	}
@@ -55,49 +75,81 @@ func simReport(c *cli.Context) error {
 	return nil
 }
 
-// runTable runs one table's rows up to maxNodes and hands emit the table
-// after each row (so that a regeneration stopped midway leaves the rows
-// done, marked so): the rows, then how to regenerate it, its wall and CPU
-// time, and each row's own command.
-func runTable(t reportTable, maxNodes int, done []string, emit func(string) error) error {
-	var rows, cmds strings.Builder
-	start := time.Now()
-	var cpu time.Duration
+// regeneration names one --report run in the tables it writes (so that
+// --resume keeps only the rows of the regeneration that stopped) and the
+// design it regenerates ("" for both).
+type regeneration struct {
+	id, design string
+}
+
+// runTable runs one table's rows up to maxNodes, but for those kept (by
+// command: rows of an earlier regeneration, see keptRows), and hands emit
+// the table after each row (so that a regeneration stopped midway leaves
+// the rows done, and those it keeps, marked so): the rows, then how to
+// regenerate it, its wall and CPU time, and each row's own command.
+func runTable(t reportTable, maxNodes int, regen regeneration, kept map[string]string, emit func(string) error) error {
+	type slot struct {
+		cfg      sim.Config
+		cmd, row string
+		run      bool // to be run by this regeneration
+	}
+	var slots []slot
 	var skipped []string
-	for i, run := range t.runs {
+	for _, run := range t.runs {
 		if run.Nodes > maxNodes {
 			skipped = append(skipped, strconv.Itoa(run.Nodes))
 			continue
 		}
-		if i < len(done) {
-			rows.WriteString(done[i]) // --resume: made by an earlier regeneration
-		} else {
-			s, err := sim.New(run)
+		cmd := commandOf(run)
+		row, ok := kept[cmd]
+		slots = append(slots, slot{cfg: run, cmd: cmd, row: row, run: !ok})
+	}
+	start := time.Now()
+	var cpu time.Duration
+	ran := 0
+	for k := range slots {
+		if slots[k].run {
+			s, err := sim.New(slots[k].cfg)
 			if err != nil {
 				return fmt.Errorf("report %s: %w", t.marker, err)
 			}
 			r := s.Run()
 			r.Write(os.Stderr)
 			cpu += r.CPU
-			writeRow(&rows, r, designOf(run))
+			var row strings.Builder
+			writeRow(&row, r, slots[k].cfg)
+			slots[k].row, slots[k].run = row.String(), false
+			ran++
 		}
-		fmt.Fprintf(&cmds, "    %s\n", commandOf(run))
-		var b strings.Builder
+		var b, cmds strings.Builder
 		b.WriteString(reportHeader)
-		b.WriteString(rows.String())
-		if i < len(t.runs)-1 {
-			fmt.Fprintf(&b, "\n**Incomplete**: this regeneration stopped (or is still running) after the row above; %d rows not run yet.", len(t.runs)-1-i)
+		missing := 0
+		for _, sl := range slots {
+			if sl.run {
+				missing++
+				continue
+			}
+			b.WriteString(sl.row)
+			fmt.Fprintf(&cmds, "    %s\n", sl.cmd)
 		}
-		resumed := ""
-		if len(done) > 0 {
-			resumed = fmt.Sprintf(" for the rows after the first %d, kept by --resume", len(done))
+		if missing > 0 {
+			fmt.Fprintf(&b, "\n**Incomplete**: this regeneration stopped (or is still running); %d rows not run yet.", missing)
 		}
-		fmt.Fprintf(&b, "\nSeed 1. This table: `go run -C cmd/testcluster . sim --report --tables %s` (%s of wall time here, %s of the simulator's CPU%s; %s)",
-			t.marker, time.Since(start).Round(time.Second), cpu.Round(time.Second), resumed, time.Now().UTC().Format("2006-01-02"))
+		keptN := 0
+		for _, sl := range slots {
+			if _, ok := kept[sl.cmd]; ok {
+				keptN++
+			}
+		}
+		fmt.Fprintf(&b, "\nSeed 1. This table: `go run -C cmd/testcluster . sim --report --tables %s` (%s; %d rows run in %s of wall time here, %s of the simulator's CPU",
+			t.marker, regen.describe(), ran, time.Since(start).Round(time.Second), cpu.Round(time.Second))
+		if keptN > 0 {
+			fmt.Fprintf(&b, "; %d rows kept from an earlier regeneration", keptN)
+		}
 		if len(skipped) > 0 {
 			fmt.Fprintf(&b, "; rows of N = %s not run (above --max-nodes)", strings.Join(skipped, ", "))
 		}
-		b.WriteString(". Each row alone:\n\n")
+		b.WriteString("). Each row alone:\n\n")
 		b.WriteString(cmds.String())
 		if err := emit(b.String()); err != nil {
 			return err
@@ -106,12 +158,21 @@ func runTable(t reportTable, maxNodes int, done []string, emit func(string) erro
 	return nil
 }
 
+// describe names the regeneration in a table's note: "regeneration ID",
+// and which design's rows it ran if not both.
+func (r regeneration) describe() string {
+	if r.design == "" {
+		return "regeneration " + r.id
+	}
+	return fmt.Sprintf("regeneration %s of the %s rows only", r.id, r.design)
+}
+
 type reportTable struct {
 	marker string
 	runs   []sim.Config
 }
 
-// designOf names a run's design for the tables.
+// designOf names a run's design for the tables (and --design).
 func designOf(c sim.Config) string {
 	if c.GossipMode == "owner" {
 		return "owner"
@@ -132,6 +193,23 @@ func owner(c sim.Config) sim.Config {
 	c.GossipMode = "owner"
 	return c
 }
+
+// asSluiced runs c as sluiced does: the first-contact hold, the fair floor
+// and, in owner mode, the owner's views (daemon.Config.NoFirstShare is
+// false in every sluiced), first contact as given (sluiced's default:
+// auto).
+func asSluiced(c sim.Config, contact bucket.FirstContact) sim.Config {
+	c.FirstShare, c.FirstContact = true, contact
+	return c
+}
+
+// sluiced is c as sluiced runs it by default (--first-contact auto).
+func sluiced(c sim.Config) sim.Config { return asSluiced(c, bucket.FirstContactAuto) }
+
+// tokenContact is c as sluiced runs it with --first-contact token (the
+// default before auto; broadcast's rows run with it: in direct and relayed
+// gossip no owner reports a crowd, so auto counts as share there).
+func tokenContact(c sim.Config) sim.Config { return asSluiced(c, bucket.FirstContactToken) }
 
 // reportTables are SCALING.md's simulated tables: the limit 100/s burst
 // 100, 20 ms gossip, seed 1, defaults otherwise. Broadcast stops where its
@@ -156,10 +234,10 @@ var reportTables = func() []reportTable {
 	var hot, lossy, churn, fair, spread []sim.Config
 	for _, n := range []int{3, 10, 50, 100, 1000, 2000, 3000, 10000} {
 		if n <= 2000 {
-			hot = append(hot, big(broadcast(hotOf(n))))
+			hot = append(hot, tokenContact(big(broadcast(hotOf(n)))))
 		}
 		if n != 2000 {
-			hot = append(hot, owner(hotOf(n)))
+			hot = append(hot, sluiced(owner(hotOf(n))), tokenContact(owner(hotOf(n))))
 		}
 	}
 	for _, n := range []int{3, 10, 50, 100, 1000, 10000} {
@@ -167,18 +245,18 @@ var reportTables = func() []reportTable {
 			c := hotOf(n)
 			c.Loss = loss
 			if n <= 1000 {
-				lossy = append(lossy, broadcast(c))
+				lossy = append(lossy, tokenContact(broadcast(c)))
 			}
-			lossy = append(lossy, owner(c))
+			lossy = append(lossy, sluiced(owner(c)), tokenContact(owner(c)))
 		}
 	}
 	for _, n := range []int{50, 100, 1000} {
 		for _, perMinute := range []float64{0.01, 0.1} {
 			c := sim.Config{Nodes: n, Duration: 2 * time.Minute, Seed: 1, MinPerNode: 20, ChurnPerMinute: perMinute}
 			if n <= 100 {
-				churn = append(churn, broadcast(c))
+				churn = append(churn, tokenContact(broadcast(c)))
 			}
-			churn = append(churn, owner(c))
+			churn = append(churn, sluiced(owner(c)))
 		}
 	}
 	for _, n := range []int{3, 10, 50, 100, 1000} {
@@ -186,9 +264,9 @@ var reportTables = func() []reportTable {
 		// window is 100 requests: shares are measurable at every size.
 		c := sim.Config{Nodes: n, Duration: secs(n), Seed: 1, Rate: 50 * float64(n)}
 		if n <= 100 {
-			fair = append(fair, broadcast(c))
+			fair = append(fair, tokenContact(broadcast(c)))
 		}
-		fair = append(fair, owner(c))
+		fair = append(fair, sluiced(owner(c)))
 	}
 	for _, n := range []int{3, 10, 50, 100, 1000, 3000, 10000} {
 		// Short runs: relayed at 100 nodes costs 18-32 CPU s per
@@ -201,9 +279,9 @@ var reportTables = func() []reportTable {
 		}
 		c := sim.Config{Nodes: n, Duration: d, Seed: 1, Scenario: sim.Spread}
 		if n <= 100 {
-			spread = append(spread, broadcast(c))
+			spread = append(spread, tokenContact(broadcast(c)))
 		}
-		spread = append(spread, owner(c))
+		spread = append(spread, sluiced(owner(c)))
 	}
 	return []reportTable{{"sim-hot", hot}, {"sim-loss", lossy}, {"sim-churn", churn}, {"sim-fair", fair}, {"sim-spread", spread}}
 }()
@@ -230,13 +308,19 @@ func commandOf(c sim.Config) string {
 	if c.GossipMode != "" {
 		fmt.Fprintf(&b, " --gossip-mode %s", c.GossipMode)
 	}
+	if c.FirstShare {
+		b.WriteString(" --first-share")
+		if c.FirstContact != bucket.FirstContactAuto {
+			fmt.Fprintf(&b, " --first-contact %s", c.FirstContact)
+		}
+	}
 	return b.String()
 }
 
-const reportHeader = "| N | design | mode | loss | admitted / allowed | first second | worst 1 s window over burst + rate | convergence p50 / p99; probes converged, within 2 intervals + a round trip | fair 2 s shares (±25%) | per node: bytes/s sent | packets/s sent | busiest node: packets/s sent | est. CPU per node | sim: CPU s per simulated s, heap |\n" +
-	"| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+const reportHeader = "| N | design | first contact | mode | loss | admitted / allowed | first second | worst 1 s window over burst + rate | convergence p50 / p99; probes converged, within 2 intervals + a round trip | fair 2 s shares (±25%) | per node: bytes/s sent | packets/s sent | busiest node: packets/s sent | est. CPU per node | sim: CPU s per simulated s, heap |\n" +
+	"| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
 
-func writeRow(b *strings.Builder, r *sim.Report, design string) {
+func writeRow(b *strings.Builder, r *sim.Report, c sim.Config) {
 	fair := "-"
 	if r.Fairness.Windows > 0 {
 		fair = fmt.Sprintf("%.0f%%", 100*r.Fairness.Within25)
@@ -253,8 +337,12 @@ func writeRow(b *strings.Builder, r *sim.Report, design string) {
 	if r.Churn > 0 {
 		loss += fmt.Sprintf(", churn %g%%/min (%d replaced)", 100*r.Churn, r.Replaced)
 	}
-	fmt.Fprintf(b, "| %d | %s | %s | %s | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.0f | %.2f%% | %.2f, %.0f MB |\n",
-		r.Nodes, design, r.Mode, loss, r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts,
+	contact := "off"
+	if c.FirstShare {
+		contact = c.FirstContact.String()
+	}
+	fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.0f | %.2f%% | %.2f, %.0f MB |\n",
+		r.Nodes, designOf(c), contact, r.Mode, loss, r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts,
 		conv, fair, human(r.PerNode.BytesSent), r.PerNode.PacketsSent, r.PerNodeMax.PacketsSent, 100*r.EstimatedCPU,
 		r.CPU.Seconds()/r.Seconds, float64(r.Heap)/(1<<20))
 }
@@ -269,36 +357,81 @@ func human(v float64) string {
 	return fmt.Sprintf("%.0f B", v)
 }
 
-// doneRows returns the rows of table t already in the document at path,
-// in order, for --resume: those of a regeneration that stopped midway.
-// Only a prefix of t's runs whose commands, listed under the table, are
-// still the runs' own is kept (the rows of a changed matrix are run again).
-func doneRows(path string, t reportTable) ([]string, error) {
+// keptRows returns the rows of table t in the document at path that this
+// regeneration keeps, by their commands (listed under the table, in the
+// rows' order; only commands that are still some run's own: the rows of a
+// changed run are made again): with design set, every row of the other
+// design; with resume (newest, the newest regeneration in the document),
+// the rows that regeneration made or kept, if it made this table.
+func keptRows(path string, t reportTable, design, newest string) (map[string]string, error) {
+	kept := map[string]string{}
+	if design == "" && newest == "" {
+		return kept, nil
+	}
+	rows, cmds, note, err := tableRows(path, t.marker)
+	if err != nil {
+		return nil, err
+	}
+	resumed := newest != "" && strings.Contains(note, "regeneration "+newest)
+	ours := map[string]sim.Config{}
+	for _, run := range t.runs {
+		ours[commandOf(run)] = run
+	}
+	for k := 0; k < len(rows) && k < len(cmds); k++ {
+		run, ok := ours[cmds[k]]
+		if !ok {
+			continue
+		}
+		if resumed || design != "" && designOf(run) != design {
+			kept[cmds[k]] = rows[k]
+		}
+	}
+	return kept, nil
+}
+
+// tableRows reads the table between marker's markers in the document at
+// path: its rows (with their newline), the commands listed under it, and
+// its note. A table of another format has no rows.
+func tableRows(path, marker string) (rows, cmds []string, note string, err error) {
 	doc, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("resume the tables: %w", err)
+		return nil, nil, "", fmt.Errorf("read the tables: %w", err)
 	}
 	text := string(doc)
-	open, end := "<!-- "+t.marker+" -->\n", "<!-- /"+t.marker+" -->"
+	open, end := "<!-- "+marker+" -->\n", "<!-- /"+marker+" -->"
 	i, j := strings.Index(text, open), strings.Index(text, end)
 	if i < 0 || j < i {
-		return nil, nil
+		return nil, nil, "", nil
 	}
 	if !strings.HasPrefix(text[i+len(open):], reportHeader) {
-		return nil, nil // another format: every row is made again
+		return nil, nil, "", nil // another format: every row is made again
 	}
-	var rows, cmds []string
 	for n, line := range strings.Split(text[i+len(open):j], "\n") {
 		switch {
 		case strings.HasPrefix(line, "| ") && n >= 2: // below the header and its rule
 			rows = append(rows, line+"\n")
 		case strings.HasPrefix(line, "    go run "):
 			cmds = append(cmds, strings.TrimPrefix(line, "    "))
+		case strings.HasPrefix(line, "Seed 1. This table"):
+			note = line
 		}
 	}
-	k := 0
-	for k < len(rows) && k < len(cmds) && k < len(t.runs) && cmds[k] == commandOf(t.runs[k]) {
-		k++
+	return rows, cmds, note, nil
+}
+
+// regenerationID finds the regenerations named in the tables' notes.
+var regenerationID = regexp.MustCompile(`regeneration (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)`)
+
+// newestRegeneration is the newest regeneration named in the document at
+// path: the one a --resume continues ("" if none).
+func newestRegeneration(path string) (string, error) {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("resume the tables: %w", err)
 	}
-	return rows[:k], nil
+	newest := ""
+	for _, m := range regenerationID.FindAllStringSubmatch(string(doc), -1) {
+		newest = max(newest, m[1]) // RFC 3339 in UTC sorts as time
+	}
+	return newest, nil
 }

@@ -25,7 +25,7 @@ type Report struct {
 	Loss     float64
 	Churn    float64 // fraction of the nodes replaced per minute
 	Replaced int     // nodes replaced during the run
-	Mode     string  // "direct" (fan-out), "relayed" or "owner"
+	Mode     string  // "direct" (fan-out), "relayed" or "owner": what the syncers did (mode.go)
 
 	// Accuracy (the hot key; Spread: all keys together).
 	Requests    uint64 // requests offered
@@ -217,12 +217,13 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	c := s.cfg
 	secs := c.Duration.Seconds()
 	r := &Report{Nodes: c.Nodes, Seconds: secs, Scenario: c.Scenario, Loss: c.Loss, Churn: c.ChurnPerMinute, Replaced: len(m.retired),
-		Mode: c.mode(), Wall: wall}
+		Wall: wall}
 	var ms runtime.MemStats
 	runtime.GC() // what the nodes hold, not what is left over
 	runtime.ReadMemStats(&ms)
 	r.Heap = ms.HeapInuse
 	nodes := append(slices.Clone(s.nodes), m.retired...)
+	r.Mode = chosenMode(c, nodes)
 	defer runtime.KeepAlive(s) // the nodes were in the heap measured
 	var busy time.Duration
 	for _, n := range nodes {
