@@ -102,6 +102,7 @@ func (s *Sim) hotReport(r *Report) {
 		slices.Sort(lags)
 		r.HotLag = Lags{Probes: len(lags), Converged: len(lags), P50: quantile(lags, 0.5), P99: quantile(lags, 0.99), Max: lags[len(lags)-1]}
 	}
+	s.chargeGap(r)
 	owner, _ := s.nodes[0].syncer.OwnerOf(ruleHot, string(s.hot))
 	secs := s.cfg.Duration.Seconds()
 	for _, n := range s.nodes {
@@ -109,4 +110,34 @@ func (s *Sim) hotReport(r *Report) {
 			r.HotOwner = Traffic{float64(n.bytesSent) / secs, float64(n.bytesRcv) / secs, float64(n.pktSent) / secs, float64(n.pktRecv) / secs, float64(n.stateBytes) / secs}
 		}
 	}
+}
+
+// Gap is, over the nodes that lasted the whole run (the first generation,
+// alive at its end), what each node's ledger was charged for the hot key
+// less what every other node admitted of it (the retired included): 0 when
+// every admission elsewhere reached it once, below 0 when some never did
+// (the node admits them again), above 0 when some were charged twice. The
+// last interval's admissions are still on their way at the end.
+type Gap struct {
+	Nodes         int
+	P50, Min, Max float64
+}
+
+// chargeGap fills r.ChargeGap (Hot only).
+func (s *Sim) chargeGap(r *Report) {
+	if s.cfg.Scenario != Hot {
+		return
+	}
+	var gaps []float64
+	for _, n := range s.nodes {
+		if !n.alive || n.gen != 0 {
+			continue
+		}
+		gaps = append(gaps, float64(s.m.hot.of(n).charged)-float64(r.Admitted-n.admitted))
+	}
+	if len(gaps) == 0 {
+		return
+	}
+	slices.Sort(gaps)
+	r.ChargeGap = Gap{Nodes: len(gaps), P50: quantile(gaps, 0.5), Min: gaps[0], Max: gaps[len(gaps)-1]}
 }

@@ -33,3 +33,22 @@ func TestAggregationUnloadsTheHotKeysOwner(t *testing.T) {
 		t.Fatalf("staleness p99 %.1f ms aggregated, %.1f ms not", after.HotLag.P99, before.HotLag.P99)
 	}
 }
+
+// Each node is charged every admission elsewhere once: with no churn and a
+// quiet end for the last answers to arrive, what a node was charged less
+// what the others admitted is within a few tokens, at every node that
+// lasted the run (the measure the churn findings use, Report.ChargeGap).
+func TestChargeGapWithoutChurn(t *testing.T) {
+	cfg := Config{Nodes: 20, Duration: 4 * time.Second, Quiet: time.Second, Seed: 1, GossipMode: "owner", FirstShare: true}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.Run().ChargeGap
+	if g.Nodes != cfg.Nodes {
+		t.Fatalf("the gap counts %d nodes, want %d", g.Nodes, cfg.Nodes)
+	}
+	if g.Min < -3 || g.Max > 3 {
+		t.Errorf("charged − admitted elsewhere from %+.0f to %+.0f tokens (p50 %+.0f); want within ±3", g.Min, g.Max, g.P50)
+	}
+}

@@ -46,6 +46,7 @@ type Report struct {
 	PerNodeMax                            Traffic // per node per second, the busiest node
 	HotOwner                              Traffic // per second, the hot key's owner (hotkey.go)
 	HotLag                                Lags    // staleness of the hot key's view (hotkey.go)
+	ChargeGap                             Gap     // the hot key: charged against the others' admissions (hotkey.go)
 	EstimatedCPU                          float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
 	// Measured on this machine, not repeatable.
 	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
@@ -368,6 +369,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 	if l := r.HotLag; l.Probes > 0 {
 		fmt.Fprintf(w, "  hot key staleness (%d samples): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", l.Probes, l.P50, l.P99, l.Max)
+	}
+	if g := r.ChargeGap; g.Nodes > 0 {
+		fmt.Fprintf(w, "  hot key charged − admitted elsewhere, per node that lasted the run (%d): p50 %+.0f, min %+.0f, max %+.0f tokens\n", g.Nodes, g.P50, g.Min, g.Max)
 	}
 	fmt.Fprintf(w, "  heap in use at the end: %.0f MB\n", float64(r.Heap)/(1<<20))
 	fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core measured, %.2f%% estimated with %s per packet\n",
