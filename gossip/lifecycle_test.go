@@ -2,9 +2,11 @@ package gossip
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,13 +33,17 @@ func verifyNoLeaks(t *testing.T) {
 func TestNewStartsNothing(t *testing.T) {
 	verifyNoLeaks(t)
 	port := gossiptest.FreePort(t)
-	before := runtime.NumGoroutine()
+	before := goroutineIDs()
 	s, err := New(Config{NodeName: "a", BindAddr: "127.0.0.1", BindPort: port}, newMemLedger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := runtime.NumGoroutine(); n != before {
-		t.Errorf("New started %d goroutines", n-before)
+	// By identity, not count: a goroutine an earlier test left (memberlist's
+	// leftovers) may end meanwhile.
+	for id, stack := range goroutineIDs() {
+		if _, ok := before[id]; !ok {
+			t.Errorf("New started goroutine %d:\n%s", id, stack)
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 	if err != nil {
@@ -293,4 +299,25 @@ func TestShutdownClosesStreamsMemberlistIsReading(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil || time.Since(start) > 4*time.Second {
 		t.Errorf("the stream was not closed at Shutdown (read: %v after %s)", err, time.Since(start))
 	}
+}
+
+// goroutineIDs returns every goroutine's id and stack.
+func goroutineIDs() map[int]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	ids := map[int]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		var id int
+		if _, err := fmt.Sscanf(g, "goroutine %d ", &id); err == nil {
+			ids[id] = g
+		}
+	}
+	return ids
 }
