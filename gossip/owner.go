@@ -594,6 +594,10 @@ func (s *Syncer) subFor(o *ownedKey, origin string, c Counter) *ownerSub {
 	return sub
 }
 
+// newcomerDebtSlack is how far above a whole number of tokens a newcomer's
+// debt may lie and still be that number: floating-point noise, not a token.
+const newcomerDebtSlack = 1e-6
+
 // newcomerPrevLocked is what a contributor new to aggregate o is told it
 // heard before (its first answer charges it the rest). An aggregate made
 // anew (a new owner: it holds only what its contributors had not had
@@ -621,10 +625,15 @@ func (s *Syncer) newcomerPrevLocked(o *ownedKey, c Counter) uint64 {
 	}
 	balance, _ := bounded.Balance(c.Rule, c.Key)
 	debt := max(0, a.Burst-a.Soft-balance)
-	// Rounded to the nearest token: truncated, a bucket that refilled a
-	// hair since the debt was taken told each newcomer one token less
-	// (TestNewcomerIsToldTheWholeDebt).
-	return o.total - min(o.total, uint64(math.Round(debt)))
+	// Every token consumed is charged but those wholly refilled since: the
+	// debt's fraction is a token still owed. Truncated, a bucket that
+	// refilled a hair since the debt was taken told each newcomer one token
+	// less; rounded, one that refilled more than half a token (a newcomer
+	// late by half a token's refill, as on a loaded machine) did, while the
+	// newcomer's own bucket had refilled as much (TestNewcomerIsToldTheWholeDebt).
+	// newcomerDebtSlack keeps a float's noise above a whole debt from
+	// charging a token more.
+	return o.total - min(o.total, uint64(math.Ceil(debt-newcomerDebtSlack)))
 }
 
 // aggregateOwnLocked adds this node's own consumption of a key it owns to
