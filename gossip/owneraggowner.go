@@ -124,16 +124,7 @@ func (s *Syncer) receiveAggGroup(b []byte) ([]charge, error) {
 	nowNanos := uint64(max(0, s.clock().UnixNano()))
 	var sender string
 	var sentAt uint64
-	check := func(from string, at uint64, stamped bool) error {
-		sender, sentAt = from, at
-		if !stamped {
-			return errUnstamped
-		}
-		if !s.memberLocked(from) {
-			return fmt.Errorf("sender %.64q is no member", from)
-		}
-		return s.checkStampLocked(from, at, stamped)
-	}
+	check := s.memberStampCheck(&sender, &sentAt)
 	var charges []charge
 	writers := map[string]*answerWriter{}
 	foreign := 0

@@ -114,3 +114,21 @@ func (s *Syncer) pruneOffsetsLocked() {
 		}
 	}
 }
+
+// memberStampCheck is the check owner-mode decoders give their packets'
+// sender (owner counters, aggregation's user and group counters): the
+// packet must be stamped, its sender a member and the stamp fresh. It
+// keeps the sender and the stamp in *sender and *sentAt for the caller.
+// Caller holds s.mu when the check runs.
+func (s *Syncer) memberStampCheck(sender *string, sentAt *uint64) func(from string, at uint64, stamped bool) error {
+	return func(from string, at uint64, stamped bool) error {
+		*sender, *sentAt = from, at
+		if !stamped {
+			return errUnstamped
+		}
+		if !s.memberLocked(from) {
+			return fmt.Errorf("sender %.64q is no member", from)
+		}
+		return s.checkStampLocked(from, at, stamped)
+	}
+}
