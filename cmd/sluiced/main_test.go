@@ -313,6 +313,7 @@ func TestBadFlagsAndRulesExitNonZero(t *testing.T) {
 		{[]string{"--socket", filepath.Join(dir, "s"), "--allow-uid", "no-such-user-q7"}, `--allow-uid "no-such-user-q7"`},
 		{[]string{"--socket", filepath.Join(dir, "s"), "--allow-gid", "4294967295"}, "allowed gid 4294967295"},
 		{[]string{"--socket", filepath.Join(dir, "s"), "--admin-addr", "", "--first-contact", "herd"}, `--first-contact: first contact "herd": want auto, token or share`},
+		{[]string{"--socket", filepath.Join(dir, "s"), "--admin-addr", "", "--aggregate-above", "many"}, `invalid value "many" for flag -aggregate-above`},
 	}
 	for _, tt := range tests {
 		out, err := exec.Command(binary, tt.args...).CombinedOutput()
