@@ -132,6 +132,10 @@ type aggUse struct {
 	// aggSubscribeLocked).
 	heardFrom string
 	subAt     time.Duration
+	// cameFrom is the aggregator it heard from before heardFrom, set when
+	// an answer of another aggregator is first taken (a switch) until that
+	// answer is adjusted (aggFirstLocked).
+	cameFrom string
 	// viewUsers is the largest users count of the views its aggregators
 	// told (0: none yet).
 	viewUsers uint64
@@ -607,6 +611,9 @@ func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string)
 	if s.owner.ring.aggregatorFor(rule, key, s.self, u.slot) != sender {
 		return false
 	}
+	if u.heardFrom != sender {
+		u.cameFrom = u.heardFrom
+	}
 	u.waiting, u.heardFrom = 0, sender
 	return true
 }
@@ -618,7 +625,10 @@ func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string)
 // numbering, so the switch is exact. Any other (a second aggregator after
 // a failover, or a node new to the key): the sender told it the key's debt
 // as it sees it (others − prev), and a node that already held the key
-// charges only what that debt exceeds its own. Caller holds s.mu.
+// charges only what that debt exceeds its own. A node that just switched
+// from another aggregator (aggSwitchLocked) charges, on a new subscription
+// or an old one it comes back to, only what lies above what that one
+// told it. Caller holds s.mu.
 func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ownerAnswer {
 	k := aggKey{a.rule, a.key, a.window}
 	if fromOwner {
@@ -626,9 +636,17 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 			return a // an answer to this node's own counters
 		}
 	}
+	var heard uint64
+	switched := false
+	if !fromOwner {
+		heard, switched = s.aggSwitchLocked(k, sender)
+	}
 	if h := s.owner.heard[k]; h != nil {
-		for _, sl := range h.slots {
-			if sl.owner == sender && sl.gen == a.gen {
+		for i := range h.slots {
+			if sl := &h.slots[i]; sl.owner == sender && sl.gen == a.gen {
+				if switched {
+					sl.last = max(sl.last, heard)
+				}
 				return a
 			}
 		}
@@ -660,18 +678,17 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 		}
 		return a
 	}
-	bounded, ok := s.ledger.(BoundedLedger)
-	if !ok {
-		return a
+	if bounded, ok := s.ledger.(BoundedLedger); ok {
+		if al, ok := bounded.Allowance(a.rule, a.key); ok {
+			balance, _ := bounded.Balance(a.rule, a.key)
+			own := max(0, al.Burst-al.Soft-balance)
+			told := a.others - a.prev
+			a.prev = a.others - (told - min(told, uint64(own)))
+		}
 	}
-	al, ok := bounded.Allowance(a.rule, a.key)
-	if !ok {
-		return a
+	if switched {
+		a.prev = max(a.prev, heard)
 	}
-	balance, _ := bounded.Balance(a.rule, a.key)
-	own := max(0, al.Burst-al.Soft-balance)
-	told := a.others - a.prev
-	a.prev = a.others - (told - min(told, uint64(own)))
 	return a
 }
 

@@ -1,0 +1,112 @@
+package gossip
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// A user whose aggregator moves when a member joins, and moves back when
+// it goes, is charged what the other nodes consumed once: the new
+// aggregator's first answer (a group it made before the owner first
+// answered it tells the key's whole history) charges only what lies above
+// what the old one told, and the old one's answer on the subscription the
+// user comes back to charges only what lies above what the new one told
+// (1,000 simulated nodes whose member count crossed 1,024: nodes charged
+// the history, 1,218-1,270 tokens, then 350-380 again).
+func TestSwitchedUserIsChargedOnce(t *testing.T) {
+	const n = 64 // 8 aggregators a key; 65 members: 16
+	s, _ := newAggSyncer("m000", n)
+	clock := time.Unix(1_800_000_000, 0)
+	s.now = func() time.Time { return clock }
+	s.born = clock.Add(-time.Minute)
+	joiner := fmt.Sprintf("m%03d", n)
+	s.mu.Lock()
+	s.refreshRingLocked()
+	small := s.owner.ring
+	large := newOwnerRing(append(append([]string{}, small.names...), joiner))
+	key, x, y := "", "", ""
+	for i := range 1000 {
+		k := fmt.Sprint("k", i)
+		owner, replica := small.owners("api", k)
+		if owner == s.self || replica == s.self {
+			continue
+		}
+		if o2, r2 := large.owners("api", k); o2 != owner || r2 != replica {
+			continue
+		}
+		x, y = small.aggregatorFor("api", k, s.self, 0), large.aggregatorFor("api", k, s.self, 0)
+		if x != y && x != s.self && y != s.self && y != joiner {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		s.mu.Unlock()
+		t.Fatal("no key whose aggregator moves when a member joins")
+	}
+	// Told by the owner to aggregate, at the owner's total 1,000.
+	s.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: s.sinceBorn(), baseSet: true, base: 1000}}
+	s.mu.Unlock()
+	ring := func(join bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if join {
+			s.peers[joiner] = memberlist.Node{Name: joiner, DMax: protoAgg}
+		} else {
+			delete(s.peers, joiner)
+		}
+		s.ownerMemberLocked(joiner)
+		s.refreshRingLocked()
+	}
+	answer := func(from string, gen, prev, others uint64) uint64 {
+		t.Helper()
+		clock = clock.Add(s.cfg.GossipInterval)
+		w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
+		w.add(ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others})
+		charges, err := s.receiveAnswer(w.packets()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tokens uint64
+		for _, c := range charges {
+			tokens += c.tokens
+		}
+		return tokens
+	}
+	steps := []struct {
+		what       string
+		join, drop bool
+		from       string
+		gen        uint64
+		prev       uint64
+		others     uint64
+		want       uint64
+	}{
+		{what: "first answer of its aggregator, from the notice's 1,000", from: x, gen: 1, prev: 0, others: 1000, want: 0},
+		{what: "100 more", from: x, gen: 1, prev: 0, others: 1100, want: 100},
+		{what: "a member joins: the new aggregator's first answer tells everything", join: true, from: y, gen: 2, prev: 0, others: 1150, want: 50},
+		{what: "150 more from the new aggregator", from: y, gen: 2, prev: 0, others: 1300, want: 150},
+		{what: "the member goes: the old aggregator's answer on the old subscription", drop: true, from: x, gen: 1, prev: 1100, others: 1350, want: 50},
+		{what: "and on from there", from: x, gen: 1, prev: 1100, others: 1400, want: 50},
+	}
+	var total uint64
+	for _, st := range steps {
+		switch {
+		case st.join:
+			ring(true)
+		case st.drop:
+			ring(false)
+		}
+		got := answer(st.from, st.gen, st.prev, st.others)
+		total += got
+		if got != st.want {
+			t.Errorf("%s: charged %d, want %d", st.what, got, st.want)
+		}
+	}
+	if total != 400 {
+		t.Errorf("charged %d in all; the others consumed 400 beyond the notice's total", total)
+	}
+}
