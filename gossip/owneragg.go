@@ -284,7 +284,7 @@ func (s *Syncer) aggCapableLocked() bool {
 func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duration, maxAge int) bool {
 	st := &s.owner.agg
 	u := st.hot[[2]string{k.rule, k.key}]
-	if u == nil || !s.aggCapableLocked() {
+	if u == nil || !s.aggCapableLocked() || s.aggOwnedHereLocked(k.rule, k.key) {
 		return false
 	}
 	u.used = now
@@ -346,6 +346,9 @@ func (s *Syncer) aggSubscribeLocked(now time.Duration) {
 	for k, u := range inOrder(s.simRand(), st.hot, compareHotKeys) { // simorder.go
 		if now-u.used > s.activeTTL() || now-u.subAt < aggSubscribeEvery*s.cfg.GossipInterval {
 			continue // not in use lately (it subscribes when it uses the key), or just sent
+		}
+		if s.aggOwnedHereLocked(k[0], k[1]) {
+			continue // it counts the key itself
 		}
 		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
 			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
@@ -601,7 +604,7 @@ func (s *Syncer) aggForwardLocked(keys []aggKey, now time.Duration) {
 // answered). Caller holds s.mu.
 func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string) bool {
 	u := s.owner.agg.hot[[2]string{rule, key}]
-	if u == nil || sender == s.self || !s.aggCapableLocked() {
+	if u == nil || sender == s.self || !s.aggCapableLocked() || s.aggOwnedHereLocked(rule, key) {
 		return false
 	}
 	k := aggKey{rule, key, window}

@@ -110,3 +110,45 @@ func TestSwitchedUserIsChargedOnce(t *testing.T) {
 		t.Errorf("charged %d in all; the others consumed 400 beyond the notice's total", total)
 	}
 }
+
+// A user that becomes its key's owner (the owner died or left) counts the
+// key itself: it no longer sends its counters through an aggregator nor
+// takes an aggregator's answers (it took them, and was charged everything
+// twice: 100 simulated nodes under churn, one ended 1,951 tokens over). A
+// user of a key it does not own still does both.
+func TestUserThatOwnsTheKeyLeavesItsAggregator(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshRingLocked()
+	for _, tc := range []struct {
+		what string
+		own  bool
+	}{{"a key it owns", true}, {"a key another member owns", false}} {
+		key := ""
+		for i := range 1000 {
+			k := fmt.Sprint("k", i)
+			if owner, replica := s.owner.ring.owners("api", k); (owner == s.self) == tc.own && replica != s.self {
+				key = k
+				break
+			}
+		}
+		agg := s.owner.ring.aggregatorFor("api", key, s.self, 0)
+		if key == "" || agg == "" || agg == s.self {
+			t.Fatalf("%s: no key (%q, aggregator %q)", tc.what, key, agg)
+		}
+		now := s.sinceBorn()
+		s.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: now, heardFrom: agg}}
+		k := pendingKey{counterKey{s.self, "api", key}, 0, 1}
+		p := &pendingCounter{c: Counter{Rule: "api", Key: key, Epoch: 1, Used: 5}, transmits: ownerResends}
+		s.pending[k] = p
+		if sent := s.aggSendLocked(k, p, now, -100); sent == tc.own {
+			t.Errorf("%s: counter sent through its aggregator %v, want %v", tc.what, sent, !tc.own)
+		}
+		if took := s.aggAcceptLocked("api", key, 0, agg); took == tc.own {
+			t.Errorf("%s: took its aggregator's answer %v, want %v", tc.what, took, !tc.own)
+		}
+		delete(s.pending, k)
+		clear(s.owner.agg.writers)
+	}
+}
