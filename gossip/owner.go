@@ -724,36 +724,23 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 		s.stats.IgnoredPackets.Add(1) // left to the key's next owner (leavesettle.go)
 		return nil, nil
 	}
-	bounded, _ := s.ledger.(BoundedLedger)
-	now := s.sinceBorn()
-	nowNanos := uint64(max(0, s.clock().UnixNano()))
-	var sender string
-	var sentAt uint64
-	check := s.memberStampCheck(&sender, &sentAt)
+	in, check := s.newCounterIntake() // ownerintake.go
 	var charges []charge
-	foreign := 0
 	s.mu.Lock()
 	_, err := decodeOwnerCounters(b, check, func(origin string, c Counter) {
-		if origin != sender || origin == s.self {
-			foreign++
+		if !in.fromSender(origin) {
 			return
 		}
-		if s.staleLocked(c) {
-			return
-		}
-		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		a, at, ok := in.admit(origin, c)
 		if !ok {
 			return
 		}
-		at := s.originTimeLocked(origin, sentAt, nowNanos)
-		if tokens := s.aggregateLocked(bounded != nil, a, origin, c, at, now); tokens > 0 {
+		if tokens := s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now); tokens > 0 {
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})
 	s.mu.Unlock()
-	if foreign > 0 {
-		s.tstats.countPacket(PacketRefusedOrigin)
-	}
+	in.done()
 	return charges, err
 }
 

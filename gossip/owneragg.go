@@ -849,21 +849,15 @@ func (s *Syncer) receiveAgg(kind uint64, b []byte) {
 // counted nor answered): counted here, it would reach no owner; its sender
 // hears nothing and moves on to the next slot's aggregator.
 func (s *Syncer) receiveAggUsers(b []byte) ([]charge, error) {
-	bounded, _ := s.ledger.(BoundedLedger)
-	now := s.sinceBorn()
-	nowNanos := uint64(max(0, s.clock().UnixNano()))
-	var sender string
-	var sentAt uint64
-	check := s.memberStampCheck(&sender, &sentAt)
+	in, check := s.newCounterIntake() // ownerintake.go
+	now := in.now
 	var charges []charge
 	var keys []aggKey
-	foreign := 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refreshRingLocked()
 	_, err := decodeAggCounters(b, msgAggUsers, check, func(origin string, c Counter, _ uint64) {
-		if origin != sender || origin == s.self {
-			foreign++
+		if !in.fromSender(origin) {
 			return
 		}
 		k := aggKey{c.Rule, c.Key, c.Window}
@@ -875,21 +869,15 @@ func (s *Syncer) receiveAggUsers(b []byte) ([]charge, error) {
 			s.aggGroupLocked(k, now).heard = now
 			keys = append(keys, k)
 		}
-		if s.staleLocked(c) {
-			return
-		}
-		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		a, at, ok := in.admit(origin, c)
 		if !ok {
 			return
 		}
-		at := s.originTimeLocked(origin, sentAt, nowNanos)
-		if tokens := s.aggregateLocked(bounded != nil, a, origin, c, at, now); tokens > 0 {
+		if tokens := s.aggregateLocked(in.bounded != nil, a, origin, c, at, now); tokens > 0 {
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})
-	if foreign > 0 {
-		s.tstats.countPacket(PacketRefusedOrigin)
-	}
+	in.done()
 	if err != nil {
 		return nil, fmt.Errorf("aggregation counters: %w", err)
 	}

@@ -119,37 +119,27 @@ func (s *Syncer) aggNoticesLocked(at uint64, add func(string, [][]byte, []int)) 
 // receiveAggGroup counts aggregators' group counters into this node's
 // aggregates and queues their answers; it returns what to charge here.
 func (s *Syncer) receiveAggGroup(b []byte) ([]charge, error) {
-	bounded, _ := s.ledger.(BoundedLedger)
-	now := s.sinceBorn()
-	nowNanos := uint64(max(0, s.clock().UnixNano()))
-	var sender string
-	var sentAt uint64
-	check := s.memberStampCheck(&sender, &sentAt)
+	in, check := s.newCounterIntake() // ownerintake.go
 	var charges []charge
 	writers := map[string]*answerWriter{}
-	foreign := 0
 	s.mu.Lock()
 	s.refreshRingLocked()
 	_, err := decodeAggCounters(b, msgAggGroup, check, func(origin string, c Counter, users uint64) {
-		if origin != sender || origin == s.self {
-			foreign++
+		if !in.fromSender(origin) {
 			return
 		}
-		if s.staleLocked(c) {
-			return
-		}
-		a, ok := s.admitLocked(bounded, origin, c, nowNanos)
+		a, at, ok := in.admit(origin, c)
 		if !ok {
 			return
 		}
-		tokens, k, ok := s.groupCountLocked(bounded != nil, a, origin, c, users, s.originTimeLocked(origin, sentAt, nowNanos), now)
+		tokens, k, ok := s.groupCountLocked(in.bounded != nil, a, origin, c, users, at, in.now)
 		if !ok {
 			return
 		}
 		if tokens > 0 {
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
-		s.answerGroupsLocked(k, aggGroupPrefix+origin, now, nowNanos, writers)
+		s.answerGroupsLocked(k, aggGroupPrefix+origin, in.now, in.nowNanos, writers)
 	})
 	for name, w := range inOrder(s.simRand(), writers, compareNames) {
 		if n, ok := s.peers[name]; ok {
@@ -158,9 +148,7 @@ func (s *Syncer) receiveAggGroup(b []byte) ([]charge, error) {
 		}
 	}
 	s.mu.Unlock()
-	if foreign > 0 {
-		s.tstats.countPacket(PacketRefusedOrigin)
-	}
+	in.done()
 	if err != nil {
 		return nil, fmt.Errorf("aggregation group: %w", err)
 	}
