@@ -449,10 +449,7 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 		}
 	}
 	for name, w := range inOrder(s.simRand(), st.writers, compareNames) {
-		packets, counts := w.packets()
-		for i := range packets {
-			packets[i] = toAggPacket(packets[i], at, msgAggUsers)
-		}
+		packets, counts := aggPackets(w, at, msgAggUsers)
 		add(name, packets, counts)
 	}
 	clear(st.writers)
@@ -477,22 +474,10 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 			delete(st.groups, k)
 			continue
 		}
-		to, c, users, ok := s.groupCounterLocked(k, g, now)
-		if !ok {
-			continue
-		}
-		w := groups[to]
-		if w == nil {
-			w = newPacketWriter(s.self, s.cfg.PacketSize)
-			groups[to] = w
-		}
-		w.addEntry(s.self, c, users, true)
+		s.writeGroupCounterLocked(k, g, now, groups)
 	}
 	for name, w := range inOrder(s.simRand(), groups, compareNames) {
-		packets, counts := w.packets()
-		for i := range packets {
-			packets[i] = toAggPacket(packets[i], at, msgAggGroup)
-		}
+		packets, counts := aggPackets(w, at, msgAggGroup)
 		add(name, packets, counts)
 	}
 	s.aggNoticesLocked(at, add)
@@ -577,26 +562,30 @@ func (s *Syncer) aggForwardLocked(keys []aggKey, now time.Duration) {
 		if g == nil || g.o != s.owner.mine[k] || now-g.fwdAt < s.cfg.GossipInterval/2 {
 			continue
 		}
-		to, c, users, ok := s.groupCounterLocked(k, g, now)
-		if !ok {
-			continue
-		}
-		w := writers[to]
-		if w == nil {
-			w = newPacketWriter(s.self, s.cfg.PacketSize)
-			writers[to] = w
-		}
-		w.addEntry(s.self, c, users, true)
+		s.writeGroupCounterLocked(k, g, now, writers)
 	}
 	for name, w := range inOrder(s.simRand(), writers, compareNames) {
 		if n, ok := s.peers[name]; ok {
-			packets, counts := w.packets()
-			for i := range packets {
-				packets[i] = toAggPacket(packets[i], at, msgAggGroup)
-			}
+			packets, counts := aggPackets(w, at, msgAggGroup)
 			st.queued = append(st.queued, ownerOut{to: n, packets: packets, counts: counts})
 		}
 	}
+}
+
+// writeGroupCounterLocked writes group g's counter of k into writers, by
+// the member it goes to, if it is due (groupCounterLocked). Caller holds
+// s.mu.
+func (s *Syncer) writeGroupCounterLocked(k aggKey, g *aggGroup, now time.Duration, writers map[string]*packetWriter) {
+	to, c, users, ok := s.groupCounterLocked(k, g, now)
+	if !ok {
+		return
+	}
+	w := writers[to]
+	if w == nil {
+		w = newPacketWriter(s.self, s.cfg.PacketSize)
+		writers[to] = w
+	}
+	w.addEntry(s.self, c, users, true)
 }
 
 // aggAcceptLocked reports whether sender is this node's aggregator of

@@ -71,6 +71,16 @@ func toAggPacket(p []byte, at uint64, kind byte) []byte {
 	return q
 }
 
+// aggPackets returns the packets of w as aggregation counters of kind
+// (msgAggUsers or msgAggGroup) stamped at.
+func aggPackets(w *packetWriter, at uint64, kind byte) ([][]byte, []int) {
+	packets, counts := w.packets()
+	for i := range packets {
+		packets[i] = toAggPacket(packets[i], at, kind)
+	}
+	return packets, counts
+}
+
 // asCounters returns a copy of a stamped packet of kind with the kind of a
 // counters packet, for decodeCountersChecked, or an error if the header is
 // not that of a stamped packet of that kind.
