@@ -322,12 +322,7 @@ func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duratio
 	if st.writers == nil {
 		st.writers = map[string]*packetWriter{}
 	}
-	w := st.writers[agg]
-	if w == nil {
-		w = newPacketWriter(s.self, s.cfg.PacketSize)
-		st.writers[agg] = w
-	}
-	w.add(s.self, p.c)
+	s.writerTo(st.writers, agg).add(s.self, p.c)
 	return true
 }
 
@@ -382,12 +377,7 @@ func (s *Syncer) aggSubscribeLocked(now time.Duration) {
 		if st.writers == nil {
 			st.writers = map[string]*packetWriter{}
 		}
-		w := st.writers[agg]
-		if w == nil {
-			w = newPacketWriter(s.self, s.cfg.PacketSize)
-			st.writers[agg] = w
-		}
-		w.add(s.self, Counter{Rule: k[0], Key: k[1], Epoch: own.Epoch, Window: own.Window, Prev: own.Used, Used: own.Used})
+		s.writerTo(st.writers, agg).add(s.self, Counter{Rule: k[0], Key: k[1], Epoch: own.Epoch, Window: own.Window, Prev: own.Used, Used: own.Used})
 		if u.waiting == 0 {
 			u.waiting = s.owner.round // unanswered, it moves to the next slot (aggSendLocked)
 		}
@@ -576,16 +566,20 @@ func (s *Syncer) aggForwardLocked(keys []aggKey, now time.Duration) {
 // the member it goes to, if it is due (groupCounterLocked). Caller holds
 // s.mu.
 func (s *Syncer) writeGroupCounterLocked(k aggKey, g *aggGroup, now time.Duration, writers map[string]*packetWriter) {
-	to, c, users, ok := s.groupCounterLocked(k, g, now)
-	if !ok {
-		return
+	if to, c, users, ok := s.groupCounterLocked(k, g, now); ok {
+		s.writerTo(writers, to).addEntry(s.self, c, users, true)
 	}
+}
+
+// writerTo returns the writer of counters to member to among writers,
+// making it if need be.
+func (s *Syncer) writerTo(writers map[string]*packetWriter, to string) *packetWriter {
 	w := writers[to]
 	if w == nil {
 		w = newPacketWriter(s.self, s.cfg.PacketSize)
 		writers[to] = w
 	}
-	w.addEntry(s.self, c, users, true)
+	return w
 }
 
 // aggAcceptLocked reports whether sender is this node's aggregator of
