@@ -110,47 +110,26 @@ type noticeWriter struct {
 	limit  int
 	sender string
 	at     uint64
-	body   []byte
-	n      int
-	out    [][]byte
+	stampedBatch
+}
+
+func (w *noticeWriter) head() stampedHead {
+	return stampedHead{kind: msgAggNotice, sender: w.sender, at: w.at, limit: w.limit, max: maxNoticeEntries}
 }
 
 func (w *noticeWriter) add(n aggNotice) {
-	size := 1 + 2*5 + 6*9 + len(n.rule) + len(n.key)
-	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxNoticeEntries) {
-		w.flush()
-	}
-	b := mp.AppendArrayHeader(w.body, noticeFields)
+	body := w.entry(w.head(), 1+2*5+6*9+len(n.rule)+len(n.key))
+	b := mp.AppendArrayHeader(body, noticeFields)
 	b = mp.AppendStr(b, n.rule)
 	b = mp.AppendStr(b, n.key)
 	for _, f := range [...]uint64{n.total, n.gen, n.contrib, n.window, n.ackEpoch, n.ackUsed} {
 		b = mp.AppendUint(b, f)
 	}
-	w.body = b
-	w.n++
-}
-
-func (w *noticeWriter) flush() {
-	if w.n == 0 {
-		return
-	}
-	p := mp.AppendArrayHeader(make([]byte, 0, 16+len(w.sender)+len(w.body)), 4)
-	p = mp.AppendUint(p, msgAggNotice)
-	p = mp.AppendStr(p, w.sender)
-	p = mp.AppendArrayHeader(p, w.n)
-	p = append(p, w.body...)
-	p = mp.AppendUint(p, w.at)
-	w.out = append(w.out, p)
-	w.body, w.n = w.body[:0], 0
+	w.added(b)
 }
 
 // packets finishes the last packet and returns them all.
-func (w *noticeWriter) packets() [][]byte {
-	w.flush()
-	out := w.out
-	w.out = nil
-	return out
-}
+func (w *noticeWriter) packets() [][]byte { return w.finish(w.head()) }
 
 // decodeNotice decodes an owner's notice, validating all of it before
 // returning any entry.

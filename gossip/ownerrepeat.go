@@ -221,40 +221,26 @@ type heardWriter struct {
 	limit  int
 	sender string
 	at     uint64
-	body   []byte
-	n      int
-	out    [][]byte
+	stampedBatch
+}
+
+func (w *heardWriter) head() stampedHead {
+	return stampedHead{kind: msgOwnerHeard, sender: w.sender, at: w.at, limit: w.limit, max: maxHeardEntries}
 }
 
 func (w *heardWriter) add(a heardAck) {
-	size := heardOverhead + len(a.rule) + len(a.key)
-	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxHeardEntries) {
-		w.flush()
-	}
-	b := mp.AppendArrayHeader(w.body, entryFields(6, a.window))
+	body := w.entry(w.head(), heardOverhead+len(a.rule)+len(a.key))
+	b := mp.AppendArrayHeader(body, entryFields(6, a.window))
 	b = mp.AppendStr(b, a.rule)
 	b = mp.AppendStr(b, a.key)
 	for _, v := range [...]uint64{a.gen, a.start, a.last, a.debt} {
 		b = mp.AppendUint(b, v)
 	}
-	w.body = appendWindow(b, a.window)
-	w.n++
+	w.added(appendWindow(b, a.window))
 }
 
-func (w *heardWriter) flush() {
-	if w.n == 0 {
-		return
-	}
-	w.out = append(w.out, stampedPacket(msgOwnerHeard, w.sender, w.n, w.body, w.at))
-	w.body, w.n = w.body[:0], 0
-}
-
-func (w *heardWriter) packets() [][]byte {
-	w.flush()
-	out := w.out
-	w.out = nil
-	return out
-}
+// packets finishes the last packet and returns them all.
+func (w *heardWriter) packets() [][]byte { return w.finish(w.head()) }
 
 // decodeHeard decodes a heard message, validating all of it before
 // returning any entry.

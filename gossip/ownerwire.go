@@ -119,22 +119,21 @@ type answerWriter struct {
 	sender string
 	at     uint64 // the instant every packet is stamped with
 	users  bool   // the receiver reads views (entries of 10 fields)
-	body   []byte
-	n      int
-	out    [][]byte
+	stampedBatch
+}
+
+func (w *answerWriter) head() stampedHead {
+	return stampedHead{kind: msgOwnerAnswer, sender: w.sender, at: w.at, limit: w.limit, max: maxAnswerEntries}
 }
 
 func (w *answerWriter) add(a ownerAnswer) {
-	size := answerOverhead + len(a.rule) + len(a.key)
-	if w.n > 0 && (1+1+5+len(w.sender)+5+9+len(w.body)+size > w.limit || w.n == maxAnswerEntries) {
-		w.flush()
-	}
+	body := w.entry(w.head(), answerOverhead+len(a.rule)+len(a.key))
 	view := w.users || a.view
 	fields := entryFields(7, a.window)
 	if view {
 		fields = 10
 	}
-	b := mp.AppendArrayHeader(w.body, fields)
+	b := mp.AppendArrayHeader(body, fields)
 	b = mp.AppendStr(b, a.rule)
 	b = mp.AppendStr(b, a.key)
 	for _, v := range [...]uint64{a.gen, a.prev, a.others, a.ackEpoch, a.ackUsed} {
@@ -145,26 +144,12 @@ func (w *answerWriter) add(a ownerAnswer) {
 	} else {
 		b = appendWindow(b, a.window)
 	}
-	w.body = b
-	w.n++
+	w.added(b)
 }
 
-// flush finishes the packet being written, stamped with w.at.
-func (w *answerWriter) flush() {
-	if w.n == 0 {
-		return
-	}
-	w.out = append(w.out, stampedPacket(msgOwnerAnswer, w.sender, w.n, w.body, w.at))
-	w.body, w.n = w.body[:0], 0
-}
-
-// packets finishes the last packet and returns them all.
-func (w *answerWriter) packets() [][]byte {
-	w.flush()
-	out := w.out
-	w.out = nil
-	return out
-}
+// packets finishes the last packet and returns them all, stamped with
+// w.at.
+func (w *answerWriter) packets() [][]byte { return w.finish(w.head()) }
 
 // decodeAnswer decodes an owner answer, validating all of it before
 // returning any entry.
