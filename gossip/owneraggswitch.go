@@ -18,8 +18,8 @@ import "time"
 // it made before the owner first answered its group, and an old one's
 // answer on the subscription a user comes back to tells it all the other
 // one told it since (1,000 simulated nodes whose member count crossed
-// 1,024, the aggregators' slots moving twice: 33 nodes charged the key's
-// history, 1,218-1,270 tokens, then 442 charged 350-380 again). What is
+// 1,024, the aggregators' slots moving twice: 34 nodes charged the key's
+// history, 1,212-1,270 tokens, then 442 charged 340-397 again). What is
 // left: this node's own consumption through the other aggregator is in
 // sender's numbering and not in what the other told it (charged once
 // more, it admits that much less), and its own consumption through sender

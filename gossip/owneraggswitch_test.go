@@ -15,7 +15,7 @@ import (
 // what the old one told, and the old one's answer on the subscription the
 // user comes back to charges only what lies above what the new one told
 // (1,000 simulated nodes whose member count crossed 1,024: nodes charged
-// the history, 1,218-1,270 tokens, then 350-380 again).
+// the history, 1,212-1,270 tokens, then 340-397 again).
 func TestSwitchedUserIsChargedOnce(t *testing.T) {
 	const n = 64 // 8 aggregators a key; 65 members: 16
 	s, _ := newAggSyncer("m000", n)
