@@ -201,6 +201,7 @@ type ownerState struct {
 	// MaxSeen entries.
 	waiting   map[[2]string]uint64
 	failover  map[[2]string]failover
+	pairs     map[aggKey]*chargePair      // keys failed over lately, charged once (ownerchargeonce.go); at most MaxSeen
 	lastOwn   map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
 	selfViews []keyView                   // views for this node's own ledger: of keys it owns and uses, and owners lost
 	// toConfirm holds what this node heard and has yet to confirm to the
@@ -746,7 +747,7 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 			return
 		}
 		at := s.originTimeLocked(origin, sentAt, nowNanos)
-		if tokens := s.aggregateLocked(bounded != nil, a, origin, c, at, now); tokens > 0 {
+		if tokens := s.replicaChargeLocked(c, s.aggregateLocked(bounded != nil, a, origin, c, at, now), now); tokens > 0 { // ownerchargeonce.go
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})
@@ -801,6 +802,9 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}
 		tokens := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
+		if fromOwner {
+			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now) // ownerchargeonce.go
+		}
 		group := fromOwner && s.aggHeardLocked(a, tokens, now) // owneragg.go
 		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
