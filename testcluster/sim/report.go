@@ -50,8 +50,8 @@ type Report struct {
 	// Suspicious is the reports the nodes (every one that ran) clamped or
 	// refused as suspicious, by the check that did: every simulated node
 	// is honest, so any is a bound too tight.
-	Suspicious map[string]uint64
-	EstimatedCPU                          float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
+	Suspicious   map[string]uint64
+	EstimatedCPU float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
 	// Measured on this machine, not repeatable.
 	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
 	Wall      time.Duration // the run's wall time
