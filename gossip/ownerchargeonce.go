@@ -10,23 +10,27 @@ import "time"
 // owner's, once they come again, charge it all it counted meanwhile: the
 // same consumption a second time. A loaded machine makes owners late
 // often (a stalled owner is late by more than ownerFailover rounds), and
-// each failover then left every node that heard both answers charged
-// about what the cluster consumed while it lasted, once more: in-process
-// clusters of 50 under load admitted 86% of the limit with the load
-// offered (its nodes' balances so far below the owner's that the owner's
-// honest views were cut as suspicious, ownerviewbound.go), and five bare
-// syncers with their owner 100 rounds late were charged 903 tokens for
-// the others' 600 (TestLateOwnerFailoverChargesOnce).
+// each failover left every node that heard both answers charged what the
+// cluster consumed while it lasted once more: it admitted less, and its
+// balance fell so far below the owner's that the owner's honest views were
+// cut as suspicious (ownerviewbound.go), as an in-process cluster of 50
+// under load once showed (every node clamped the owner's and the
+// replica's reports; it admitted 86% of the limit with the load offered).
+// Five bare syncers with their owner 100 rounds late were charged 903
+// tokens for the others' 600 (TestLateOwnerFailoverChargesOnce).
 //
-// So a node charges, from the first answer of a key's replica on, the
-// larger of what the owner's and what the replica's answers carry since
-// then, not their sum: the owner counts everything a failed-over node
+// So a node that failed a key over charges, from the replica's first
+// answer on (on the replica itself: from the first charge of its own
+// aggregate of the key), the larger of what the owner's and what the
+// replica's answers carry since then, not their sum: the owner counts everything a failed-over node
 // sends the replica (it is sent to both, and only the owner acknowledges
 // it), so its answers cover the replica's, and until they come the
 // replica's charge the node as before. An owner that is really dead never
 // answers again: the replica's answers are charged whole, as before, also
 // once the ring makes the replica the owner (each sender's answers are
-// summed under its own name). The pair ends when the ring names neither
+// summed under its own name). A node that did not fail the key over
+// charges both whole, as before: its replica's answers are then an
+// earlier owner's after a membership change, another account. The pair ends when the ring names neither
 // as the key's owner or replica, or once the replica has been silent for
 // an active TTL and the owner has charged at least as much (or for a
 // subscription's TTL, whatever was charged): later answers charge whole.
