@@ -20,8 +20,8 @@ import "time"
 // tokens for the others' 600 (TestLateOwnerFailoverChargesOnce).
 //
 // So a node that failed a key over charges, from the replica's first
-// answer on (on the replica itself: from the first charge of its own
-// aggregate of the key), the larger of what the owner's and what the
+// answer on (on the replica itself: from its aggregate's first charge
+// after the owner's answers stopped for half the failover's rounds), the larger of what the owner's and what the
 // replica's answers carry since then, not their sum: the owner counts everything a failed-over node
 // sends the replica (it is sent to both, and only the owner acknowledges
 // it), so its answers cover the replica's, and until they come the
@@ -51,6 +51,30 @@ func (s *Syncer) replicaChargeLocked(c Counter, tokens uint64, now time.Duration
 	return s.chargeOnceLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, tokens, now)
 }
 
+// ownerLateLocked reports whether owner is late to this node for key k:
+// this node failed k over from it, or, when sender is this node (the
+// replica counting the failed-over nodes' counters, whose own counters
+// may fail over a little later or never), owner has answered this node
+// nothing of k for half the failover's rounds. Otherwise counters and
+// answers of the replica come from an earlier owner after a membership
+// change. Caller holds s.mu.
+func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, now time.Duration) bool {
+	if f, ok := s.owner.failover[[2]string{k.rule, k.key}]; ok && f.owner == owner {
+		return true
+	}
+	h := s.owner.heard[k]
+	if sender != s.self || h == nil {
+		return false
+	}
+	last := time.Duration(-1)
+	for _, sl := range h.slots {
+		if sl.owner == owner {
+			last = max(last, sl.at)
+		}
+	}
+	return last >= 0 && now-last >= ownerFailover/2*s.cfg.GossipInterval
+}
+
 // chargePair is what two senders' answers of one key charged since the
 // replica first answered: a is the key's owner then, b its replica.
 type chargePair struct {
@@ -74,8 +98,8 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 		if sender != replica || sender == owner || len(s.owner.pairs) >= s.cfg.MaxSeen {
 			return tokens
 		}
-		if f, ok := s.owner.failover[[2]string{k.rule, k.key}]; !ok || f.owner != owner {
-			return tokens // not failed over: the replica is an earlier owner, its aggregate another account (a membership change)
+		if !s.ownerLateLocked(k, sender, owner, now) {
+			return tokens // the replica is an earlier owner, its aggregate another account (a membership change)
 		}
 		if s.owner.pairs == nil {
 			s.owner.pairs = map[aggKey]*chargePair{}

@@ -127,3 +127,45 @@ func TestChargeOnceLocked(t *testing.T) {
 		})
 	}
 }
+
+// On the key's replica, its own aggregate's charges are paired with the
+// owner's answers once the owner has answered it nothing for half the
+// failover's rounds (its own counters may fail over later, or never);
+// while the owner answers it, the replica's aggregate is an earlier
+// owner's after a membership change, charged whole.
+func TestReplicaPairsItsAggregateWhenTheOwnerIsLate(t *testing.T) {
+	tests := []struct {
+		name     string
+		heardAgo time.Duration // the owner's last answer to this node; negative: none
+		failed   bool          // this node failed the key over
+		want     bool
+	}{
+		{"owner answered lately", 20 * time.Millisecond, false, false},
+		{"owner silent half a failover", ownerFailover / 2 * 20 * time.Millisecond, false, true},
+		{"never answered", -1, false, false},
+		{"failed over itself", 20 * time.Millisecond, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newOwnerSyncer("me", "o", "x")
+			s.cfg.GossipInterval = 20 * time.Millisecond
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			k := aggKey{"api", "k", 0}
+			now := 10 * time.Second
+			if tt.heardAgo >= 0 {
+				s.owner.heard = map[aggKey]*heardKey{k: {slots: [2]heardSlot{{owner: "o", gen: 1, at: now - tt.heardAgo}}}}
+			}
+			if tt.failed {
+				s.owner.failover = map[[2]string]failover{{"api", "k"}: {at: 1, owner: "o"}}
+			}
+			if got := s.ownerLateLocked(k, "me", "o", now); got != tt.want {
+				t.Fatalf("late %v, want %v", got, tt.want)
+			}
+			s.chargeOnceLocked(k, "me", "o", "me", 5, now)
+			if paired := len(s.owner.pairs) == 1; paired != tt.want {
+				t.Fatalf("paired %v, want %v", paired, tt.want)
+			}
+		})
+	}
+}
