@@ -201,13 +201,13 @@ type ownerState struct {
 	// MaxSeen entries.
 	waiting   map[[2]string]uint64
 	failover  map[[2]string]failover
-	pairs     map[aggKey]*chargePair      // keys failed over lately, charged once (ownerchargeonce.go); at most MaxSeen
 	lastOwn   map[[2]string]time.Duration // per key, when its own counter was last queued (ownershare.go)
 	selfViews []keyView                   // views for this node's own ledger: of keys it owns and uses, and owners lost
 	// toConfirm holds what this node heard and has yet to confirm to the
 	// owners (ownerrepeat.go); at most MaxSeen entries.
 	toConfirm map[heardTo]heardDue
-	agg       aggState // aggregation before the owner (owneragg.go)
+	agg       aggState    // aggregation before the owner (owneragg.go)
+	pairs     chargePairs // keys failed over lately, charged once (ownerchargeonce.go)
 }
 
 // failover is a key's counters sent to the replica (and still to owner)

@@ -75,6 +75,13 @@ func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, now time.Durati
 	return last >= 0 && now-last >= ownerFailover/2*s.cfg.GossipInterval
 }
 
+// chargePairs holds the keys this node failed over lately, each with its
+// pair of senders; at most MaxSeen, swept once per subscription's TTL.
+type chargePairs struct {
+	m     map[aggKey]*chargePair
+	swept time.Duration // since born
+}
+
 // chargePair is what two senders' answers of one key charged since the
 // replica first answered: a is the key's owner then, b its replica.
 type chargePair struct {
@@ -88,24 +95,35 @@ type chargePair struct {
 // owner's and the replica's sums since the replica first answered. owner
 // and replica are the key's on the ring now. Caller holds s.mu.
 func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, tokens uint64, now time.Duration) uint64 {
-	p := s.owner.pairs[k]
+	p := s.owner.pairs.m[k]
 	moved := owner != "" && (p != nil && (p.a != owner && p.a != replica || p.b != owner && p.b != replica)) // "": no ring now
 	if moved {
-		delete(s.owner.pairs, k) // the ring moved the key: a new account
+		delete(s.owner.pairs.m, k) // the ring moved the key: a new account
 		p = nil
 	}
 	if p == nil {
-		if sender != replica || sender == owner || len(s.owner.pairs) >= s.cfg.MaxSeen {
+		if sender != replica || sender == owner {
 			return tokens
 		}
 		if !s.ownerLateLocked(k, sender, owner, now) {
 			return tokens // the replica is an earlier owner, its aggregate another account (a membership change)
 		}
-		if s.owner.pairs == nil {
-			s.owner.pairs = map[aggKey]*chargePair{}
+		if now-s.owner.pairs.swept > s.subTTL() { // forget pairs of keys no longer answered
+			s.owner.pairs.swept = now
+			for k, p := range s.owner.pairs.m {
+				if now-p.lastB > s.subTTL() {
+					delete(s.owner.pairs.m, k)
+				}
+			}
+		}
+		if len(s.owner.pairs.m) >= s.cfg.MaxSeen {
+			return tokens
+		}
+		if s.owner.pairs.m == nil {
+			s.owner.pairs.m = map[aggKey]*chargePair{}
 		}
 		p = &chargePair{a: owner, b: replica}
-		s.owner.pairs[k] = p
+		s.owner.pairs.m[k] = p
 	}
 	before := max(p.sumA, p.sumB)
 	switch sender {
@@ -119,7 +137,7 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 	}
 	charge := max(p.sumA, p.sumB) - before
 	if quiet := now - p.lastB; quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.sumB {
-		delete(s.owner.pairs, k)
+		delete(s.owner.pairs.m, k)
 	}
 	return charge
 }

@@ -121,8 +121,8 @@ func TestChargeOnceLocked(t *testing.T) {
 					t.Fatalf("answer %d (%+v): charged %d, want %d", i, a, got, a.want)
 				}
 			}
-			if len(s.owner.pairs) != tt.pairs {
-				t.Fatalf("%d pairs left, want %d", len(s.owner.pairs), tt.pairs)
+			if len(s.owner.pairs.m) != tt.pairs {
+				t.Fatalf("%d pairs left, want %d", len(s.owner.pairs.m), tt.pairs)
 			}
 		})
 	}
@@ -163,7 +163,7 @@ func TestReplicaPairsItsAggregateWhenTheOwnerIsLate(t *testing.T) {
 				t.Fatalf("late %v, want %v", got, tt.want)
 			}
 			s.chargeOnceLocked(k, "me", "o", "me", 5, now)
-			if paired := len(s.owner.pairs) == 1; paired != tt.want {
+			if paired := len(s.owner.pairs.m) == 1; paired != tt.want {
 				t.Fatalf("paired %v, want %v", paired, tt.want)
 			}
 		})
