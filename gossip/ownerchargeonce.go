@@ -44,6 +44,9 @@ import "time"
 // failed-over nodes' counters, which the owner counts too and charges it
 // in its answers. Caller holds s.mu.
 func (s *Syncer) replicaChargeLocked(c Counter, tokens uint64, now time.Duration) uint64 {
+	if tokens == 0 {
+		return 0
+	}
 	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
 	if replica != s.self || owner == s.self {
 		return tokens
