@@ -206,7 +206,8 @@ type ownerState struct {
 	// toConfirm holds what this node heard and has yet to confirm to the
 	// owners (ownerrepeat.go); at most MaxSeen entries.
 	toConfirm map[heardTo]heardDue
-	agg       aggState // aggregation before the owner (owneragg.go)
+	agg       aggState    // aggregation before the owner (owneragg.go)
+	pairs     chargePairs // keys failed over lately, charged once (ownerchargeonce.go)
 }
 
 // failover is a key's counters sent to the replica (and still to owner)
@@ -735,7 +736,7 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 		if !ok {
 			return
 		}
-		if tokens := s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now); tokens > 0 {
+		if tokens := s.replicaChargeLocked(c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), in.now); tokens > 0 { // ownerchargeonce.go
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})
@@ -788,6 +789,9 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}
 		tokens := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
+		if fromOwner {
+			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now) // ownerchargeonce.go
+		}
 		group := fromOwner && s.aggHeardLocked(a, tokens, now) // owneragg.go
 		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})

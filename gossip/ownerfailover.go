@@ -28,14 +28,15 @@ package gossip
 //     back as soon as one of its answers arrives.
 //
 // The price: what a failed-over node consumes is counted at both
-// aggregates, so the nodes that hear both are charged it twice (they admit
-// less, never more) for as long as the failover lasts: a round or two when
-// the owner is alive, since it answers the counters it is still sent. An
-// owner that is really dead does not answer: the failover lasts until the
-// ring drops it, as before, and the replica's aggregate is the key's only
-// one; the node's counters to the dead owner cost a packet a round (fewer
-// once unanswered: ownerBackoff). No message changes: an owner or replica
-// of an earlier version sees counters, as before.
+// aggregates; the nodes that hear both charge the larger of the two
+// accounts, not their sum (ownerchargeonce.go: before, they were charged it
+// twice and admitted less for as long as the failover lasted, as long as a
+// stalled owner stayed late). An owner that is really dead does not
+// answer: the failover lasts until the ring drops it, as before, and the
+// replica's aggregate is the key's only one; the node's counters to the
+// dead owner cost a packet a round (fewer once unanswered: ownerBackoff).
+// No message changes: an owner or replica of an earlier version sees
+// counters, as before.
 
 // failoverRoutesLocked reports whether the counters of key k, whose owner
 // on the ring is owner, go to the replica now; it ends the failover when

@@ -57,6 +57,10 @@ func (s *Syncer) suspectLocked(origin string, c Counter, why string, claimed, al
 	if _, ok := s.suspicious[label]; ok || len(s.suspicious) < maxOrigins {
 		s.suspicious[label] = satAdd(s.suspicious[label], 1)
 	}
+	if s.suspiciousWhy == nil {
+		s.suspiciousWhy = map[string]uint64{}
+	}
+	s.suspiciousWhy[why] = satAdd(s.suspiciousWhy[why], 1)
 	s.suspectLog.warn(s.log, s.clock(), "clamped a suspicious gossip report", "origin", origin, "rule", c.Rule,
 		"key_bytes", len(c.Key), "epoch", c.Epoch, "why", why, "claimed", claimed, "allowed", allowed)
 }
@@ -69,4 +73,13 @@ func (s *Syncer) Suspicious() map[string]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.suspicious)
+}
+
+// SuspiciousChecks returns how many reports this node clamped or refused, by
+// the check that did (the reason its warning logs): which check cuts, in a
+// cluster whose members are all honest, names a bound too tight.
+func (s *Syncer) SuspiciousChecks() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.suspiciousWhy)
 }

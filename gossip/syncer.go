@@ -79,6 +79,10 @@ type Syncer struct {
 	// suspicious counts clamped or refused reports by origin (see
 	// suspectLocked); under mu.
 	suspicious map[string]uint64
+	// suspiciousWhy counts the same reports by the check that clamped or
+	// refused them (suspectLocked's why: a constant of the code, so a
+	// few keys); under mu.
+	suspiciousWhy map[string]uint64
 	// rejoined holds, for members that came back after being declared
 	// dead or leaving, when (since born) and how long they were away;
 	// under mu, at most maxOrigins entries.

@@ -38,7 +38,7 @@ func assertNoneClamped(c *Cluster, report func(format string, args ...any)) {
 	for i, n := range c.Nodes() {
 		if d := n.Daemon(); d != nil && d.Syncer() != nil {
 			if got := d.Syncer().Stats().SuspiciousReports.Load(); got != 0 {
-				report("node %d clamped %d honest reports: %v", i, got, d.Syncer().Suspicious())
+				report("node %d clamped %d honest reports: %v, by check %v", i, got, d.Syncer().Suspicious(), d.Syncer().SuspiciousChecks())
 			}
 			for _, reason := range []string{gossip.PacketRefusedSender, gossip.PacketRefusedOrigin, gossip.PacketRefusedUnchecked} {
 				if got := d.Syncer().Transport().PacketsRefused(reason); got != 0 {

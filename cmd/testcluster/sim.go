@@ -45,6 +45,8 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "quiet", Usage: "the run's last part without load (gossip goes on): balances and charges settle before they are read"},
 			&cli.Float64Flag{Name: "churn", Usage: "fraction of nodes replaced per minute"},
 			&cli.DurationFlag{Name: "kill-owner-at", Usage: "crash the hot key's owner then (no replacement; 0: never)"},
+			&cli.DurationFlag{Name: "silence-owner-from", Usage: "the hot key's owner sends nothing (a stalled owner: it still hears) from then"},
+			&cli.DurationFlag{Name: "silence-owner-to", Usage: "... until then (none unless after the start)"},
 			&cli.DurationFlag{Name: "partition-from", Usage: "partition: start"},
 			&cli.DurationFlag{Name: "partition-to", Usage: "partition: end (none unless after the start)"},
 			&cli.IntFlag{Name: "partition-split", Usage: "partition: nodes below this index on one side"},
@@ -80,7 +82,8 @@ func simCommand() *cli.Command {
 				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"), GossipMode: c.String("gossip-mode"), AggregateAbove: c.Int("aggregate-above"), FirstShare: c.Bool("first-share"), FirstContact: contact,
 				PushPullInterval: c.Duration("push-pull-interval"), Loss: c.Float64("loss"), Latency: c.Duration("latency"),
 				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), JoinSpread: c.Duration("join-spread"), Quiet: c.Duration("quiet"),
-				Partition: sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
+				Partition:    sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
+				SilenceOwner: sim.Partition{From: c.Duration("silence-owner-from"), To: c.Duration("silence-owner-to")},
 			}
 			stop, err := startProfiles(c.String("cpuprofile"))
 			if err != nil {

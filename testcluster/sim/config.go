@@ -66,6 +66,12 @@ type Config struct {
 	// dead. Default: memberlist's LAN suspicion timeout for the size,
 	// 4·max(1, log10 N) probe intervals of 1 s.
 	DetectAfter time.Duration
+	// SilenceOwner silences the hot key's owner between From and To: it
+	// sends nothing then (its answers are lost) but hears everything, as
+	// a stalled owner on a loaded machine is late; Split is unused. The
+	// others fail over to the key's replica after ownerFailover rounds
+	// (the membership is left alone: memberlist's detection is slower).
+	SilenceOwner Partition
 	// KillOwnerAt crashes the hot key's owner then (no replacement), if
 	// above 0: the others fail over to its replica, and declare it dead
 	// after DetectAfter (killowner.go).

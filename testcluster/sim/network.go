@@ -44,6 +44,19 @@ func (s *Sim) cut(a, b int) bool {
 	return (a < p.Split) != (b < p.Split)
 }
 
+// silenced reports whether from is the hot key's owner while
+// Config.SilenceOwner silences it (the owner named at the silence's start).
+func (s *Sim) silenced(from *node) bool {
+	w := s.cfg.SilenceOwner
+	if w.To <= w.From || s.now < int64(w.From) || s.now >= int64(w.To) {
+		return false
+	}
+	if s.silent == "" {
+		s.silent, _ = from.syncer.OwnerOf(ruleHot, string(s.hot))
+	}
+	return from.name == s.silent
+}
+
 // delay is one packet's one-way flight: the fixed latency and an
 // exponential jitter (which reorders packets).
 func (s *Sim) delay() int64 {
@@ -65,7 +78,7 @@ func (s *Sim) send(from *node, to *memberlist.Node, msg []byte) {
 	if s.cfg.Loss > 0 && s.rnd.Float64() < s.cfg.Loss {
 		return
 	}
-	if s.cut(from.i, dst) {
+	if s.cut(from.i, dst) || s.silenced(from) {
 		return
 	}
 	s.push(event{at: s.now + s.delay(), kind: evPacket, node: int32(dst), from: int32(from.i), gen: s.nodes[dst].gen,

@@ -47,7 +47,11 @@ type Report struct {
 	HotOwner                              Traffic // per second, the hot key's owner (hotkey.go)
 	HotLag                                Lags    // staleness of the hot key's view (hotkey.go)
 	ChargeGap                             Gap     // the hot key: charged against the others' admissions (hotkey.go)
-	EstimatedCPU                          float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
+	// Suspicious is the reports the nodes (every one that ran) clamped or
+	// refused as suspicious, by the check that did: every simulated node
+	// is honest, so any is a bound too tight.
+	Suspicious   map[string]uint64
+	EstimatedCPU float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
 	// Measured on this machine, not repeatable.
 	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
 	Wall      time.Duration // the run's wall time
@@ -228,6 +232,12 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	defer runtime.KeepAlive(s) // the nodes were in the heap measured
 	var busy time.Duration
 	for _, n := range nodes {
+		for why, k := range n.syncer.SuspiciousChecks() {
+			if r.Suspicious == nil {
+				r.Suspicious = map[string]uint64{}
+			}
+			r.Suspicious[why] += k
+		}
 		r.Admitted += n.admitted
 		r.Requests += n.requests
 		busy += n.busy
@@ -372,6 +382,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 	if g := r.ChargeGap; g.Nodes > 0 {
 		fmt.Fprintf(w, "  hot key charged − admitted elsewhere, per node that lasted the run (%d): p50 %+.0f, min %+.0f, max %+.0f tokens\n", g.Nodes, g.P50, g.Min, g.Max)
+	}
+	if len(r.Suspicious) > 0 { // honest nodes: none, and no line
+		fmt.Fprintf(w, "  honest reports clamped as suspicious, by check: %v\n", r.Suspicious)
 	}
 	fmt.Fprintf(w, "  heap in use at the end: %.0f MB\n", float64(r.Heap)/(1<<20))
 	fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core measured, %.2f%% estimated with %s per packet\n",

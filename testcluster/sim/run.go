@@ -39,6 +39,7 @@ type Sim struct {
 	// undeclared are the crashed members not yet declared dead: still
 	// members to the others, so a replacement learns of them on joining.
 	undeclared []memberlist.Node
+	silent     string // the hot key's owner, once silenced (Config.SilenceOwner)
 }
 
 // epoch is the virtual clock's start: fixed, so runs repeat.

@@ -1,0 +1,146 @@
+package gossip
+
+import "time"
+
+// A failover charges once.
+//
+// While a node is failed over (ownerfailover.go) its counters go to the
+// key's owner and to its replica, and both count them; the replica's
+// answers charge this node what the failed-over nodes consumed, and the
+// owner's, once they come again, charge it all it counted meanwhile: the
+// same consumption a second time. A loaded machine makes owners late
+// often (a stalled owner is late by more than ownerFailover rounds), and
+// each failover left every node that heard both answers charged what the
+// cluster consumed while it lasted once more: it admitted less, and its
+// balance fell so far below the owner's that the owner's honest views were
+// cut as suspicious (ownerviewbound.go), as an in-process cluster of 50
+// under load once showed (every node clamped the owner's and the
+// replica's reports; it admitted 86% of the limit with the load offered).
+// Five bare syncers with their owner 100 rounds late were charged 903
+// tokens for the others' 600 (TestLateOwnerFailoverChargesOnce).
+//
+// So a node that failed a key over charges, from the replica's first
+// answer on (on the replica itself: from its aggregate's first charge
+// after the owner's answers stopped for half the failover's rounds), the larger of what the owner's and what the
+// replica's answers carry since then, not their sum: the owner counts everything a failed-over node
+// sends the replica (it is sent to both, and only the owner acknowledges
+// it), so its answers cover the replica's, and until they come the
+// replica's charge the node as before. An owner that is really dead never
+// answers again: the replica's answers are charged whole, as before, also
+// once the ring makes the replica the owner (each sender's answers are
+// summed under its own name). A node that did not fail the key over
+// charges both whole, as before: its replica's answers are then an
+// earlier owner's after a membership change, another account. The pair ends when the ring names neither
+// as the key's owner or replica, or once the replica has been silent for
+// an active TTL and the owner has charged at least as much (or for a
+// subscription's TTL, whatever was charged): later answers charge whole.
+// What the replica charged beyond the owner's answers is never taken back
+// (its fresh aggregate's first answers may carry what the owner had
+// answered already): a failover still errs toward charging more, by that
+// much at most, where it charged the whole failover twice.
+
+// replicaChargeLocked is chargeOnceLocked for what this node's own
+// aggregate of c's key charges it when it is the key's replica: the
+// failed-over nodes' counters, which the owner counts too and charges it
+// in its answers. Caller holds s.mu.
+func (s *Syncer) replicaChargeLocked(c Counter, tokens uint64, now time.Duration) uint64 {
+	if tokens == 0 {
+		return 0
+	}
+	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
+	if replica != s.self || owner == s.self {
+		return tokens
+	}
+	return s.chargeOnceLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, tokens, now)
+}
+
+// ownerLateLocked reports whether owner is late to this node for key k:
+// this node failed k over from it, or, when sender is this node (the
+// replica counting the failed-over nodes' counters, whose own counters
+// may fail over a little later or never), owner has answered this node
+// nothing of k for half the failover's rounds. Otherwise counters and
+// answers of the replica come from an earlier owner after a membership
+// change. Caller holds s.mu.
+func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, now time.Duration) bool {
+	if f, ok := s.owner.failover[[2]string{k.rule, k.key}]; ok && f.owner == owner {
+		return true
+	}
+	h := s.owner.heard[k]
+	if sender != s.self || h == nil {
+		return false
+	}
+	last := time.Duration(-1)
+	for _, sl := range h.slots {
+		if sl.owner == owner {
+			last = max(last, sl.at)
+		}
+	}
+	return last >= 0 && now-last >= ownerFailover/2*s.cfg.GossipInterval
+}
+
+// chargePairs holds the keys this node failed over lately, each with its
+// pair of senders; at most MaxSeen, swept once per subscription's TTL.
+type chargePairs struct {
+	m     map[aggKey]*chargePair
+	swept time.Duration // since born
+}
+
+// chargePair is what two senders' answers of one key charged since the
+// replica first answered: a is the key's owner then, b its replica.
+type chargePair struct {
+	a, b       string
+	sumA, sumB uint64
+	lastB      time.Duration // the replica's last answer, since born
+}
+
+// chargeOnceLocked returns what of tokens, charged by sender's answer of k,
+// this node charges: during a failover, only what lifts the larger of the
+// owner's and the replica's sums since the replica first answered. owner
+// and replica are the key's on the ring now. Caller holds s.mu.
+func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, tokens uint64, now time.Duration) uint64 {
+	p := s.owner.pairs.m[k]
+	moved := owner != "" && (p != nil && (p.a != owner && p.a != replica || p.b != owner && p.b != replica)) // "": no ring now
+	if moved {
+		delete(s.owner.pairs.m, k) // the ring moved the key: a new account
+		p = nil
+	}
+	if p == nil {
+		if sender != replica || sender == owner {
+			return tokens
+		}
+		if !s.ownerLateLocked(k, sender, owner, now) {
+			return tokens // the replica is an earlier owner, its aggregate another account (a membership change)
+		}
+		if now-s.owner.pairs.swept > s.subTTL() { // forget pairs of keys no longer answered
+			s.owner.pairs.swept = now
+			for k, p := range s.owner.pairs.m {
+				if now-p.lastB > s.subTTL() {
+					delete(s.owner.pairs.m, k)
+				}
+			}
+		}
+		if len(s.owner.pairs.m) >= s.cfg.MaxSeen {
+			return tokens
+		}
+		if s.owner.pairs.m == nil {
+			s.owner.pairs.m = map[aggKey]*chargePair{}
+		}
+		p = &chargePair{a: owner, b: replica}
+		s.owner.pairs.m[k] = p
+	}
+	before := max(p.sumA, p.sumB)
+	switch sender {
+	case p.a:
+		p.sumA += tokens
+	case p.b:
+		p.sumB += tokens
+		p.lastB = now
+	default:
+		return tokens
+	}
+	charge := max(p.sumA, p.sumB) - before
+	if quiet := now - p.lastB; quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.sumB {
+		delete(s.owner.pairs.m, k)
+	}
+	return charge
+}
