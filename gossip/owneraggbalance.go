@@ -25,7 +25,9 @@ import (
 // the owner's last answer to the group, plus the refill since (at most a
 // full bucket), less the group's consumption that answer had not counted
 // (the group's sum beyond the answer's acknowledgement): the owner's
-// balance as it is now, as far as this node knows. Until the owner has
+// balance as it is now, as far as this node knows, at most this node's own
+// balance plus twice the lead an honest owner's may have (viewLead, as
+// every view is bounded: ownerviewbound.go). Until the owner has
 // told the group a balance, or when its last one is older than
 // aggBalanceFresh, it tells its own balance, as before.
 
@@ -79,7 +81,14 @@ func (s *Syncer) aggBalanceLocked(k aggKey, o *ownedKey, own float64, now time.D
 	}
 	sum := g.o.total - min(g.o.total, g.up)
 	b := g.view.balance + al.PerSecond*(now-g.view.at).Seconds()
-	return min(b, al.Burst-al.Soft) - float64(sum-min(sum, g.view.acked))
+	b = min(b, al.Burst-al.Soft) - float64(sum-min(sum, g.view.acked))
+	if here, _ := bounded.Balance(k.rule, k.key); !math.IsNaN(here) && !math.IsInf(here, 0) {
+		// As a view is taken (ownerviewbound.go): an owner that lies about
+		// the balance moves this node's own share no further than the lag
+		// explains (its users bound what they are told themselves).
+		b = min(b, here+2*viewLead(al))
+	}
+	return b
 }
 
 // aggSelfViewLocked is the view of key k for this node's own ledger when

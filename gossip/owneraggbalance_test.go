@@ -11,7 +11,9 @@ import (
 // what the group counted beyond that answer's acknowledgement: not its own
 // balance, which lags the owner's (SCALING.md's fairness at 100 nodes: the
 // owner 20-27% above its share). Until the owner says a balance, and once
-// its last is older than aggBalanceFresh, it tells its own.
+// its last is older than aggBalanceFresh, it tells its own. A lying owner's
+// balance is taken no higher than a full bucket, nor than this node's own
+// plus 2 × viewLead, as any view.
 func TestAggregatorTellsTheOwnersBalance(t *testing.T) {
 	s, l := newAggSyncer("m000", 20)
 	bl := &boundLedger{memLedger: l, a: Allowance{Burst: 100, PerSecond: 10}}
@@ -98,5 +100,22 @@ func TestAggregatorTellsTheOwnersBalance(t *testing.T) {
 	now = now.Add(aggBalanceFresh)
 	if got, _ := bl.Balance("r", key); balance() != got {
 		t.Fatalf("with the owner's balance stale the group is told %v, want this node's own %v", balance(), got)
+	}
+	s.mu.Unlock()
+
+	// A lying owner: a balance of 10^300.
+	lie := (&answerWriter{limit: 1300, sender: owner, at: uint64(now.UnixNano()), users: true}).with(ownerAnswer{
+		rule: "r", key: key, gen: 7, prev: 0, others: 30, ackEpoch: g.epoch, ackUsed: 29, users: 50, balance: 1e300})
+	if _, _, err := s.receiveAnswerViews(lie); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	if got := balance(); got != 100 {
+		t.Fatalf("told %v after an owner's balance of 10^300, want at most a full bucket (100)", got)
+	}
+	bl.Charge("r", key, 0, 500) // this node's own far in debt
+	own, _ := bl.Balance("r", key)
+	if got, top := balance(), own+2*viewLead(al); got != top {
+		t.Fatalf("told %v after an owner's balance of 10^300, want it bounded at %v (own %v + 2 × viewLead)", got, top, own)
 	}
 }
