@@ -12,14 +12,14 @@ import (
 // the same balance, or those told a lower one admit less than their share
 // and those told a higher one more. Without aggregation that is the
 // owner's. An aggregator's own balance is not the owner's: it counts its
-// group's consumption before the owner does, and its bucket, like any
+// group's consumption before the owner does, its bucket, like any
 // receiver's, lost refill to the cap while it had not heard of the key
-// (ownershare.go: why views carry the owner's balance at all), and it
-// keeps that loss for as long as the key stays in debt. With 100
-// simulated nodes on one key in debt, the aggregators' balances lay about
-// a hundred tokens (an interval of the cluster's refill) below the
-// owner's, and the owner, deciding on its own, admitted 20-27% above its
-// share in every 2 s window (SCALING.md's fairness at 100 nodes).
+// (ownershare.go: why views carry the owner's balance at all), and it may
+// have learnt a different debt (ownerlearn.go); each offset stays for as
+// long as the key stays in debt. With 100 simulated nodes on one key in
+// debt, one group (and the owner) admitted 0-6% of its share while others
+// took 1.27 times theirs (SCALING.md's fairness at 100 nodes: 90% of 2 s
+// shares within ±25%; 26% with another seed).
 //
 // So an aggregator tells its users (and itself) the owner's balance from
 // the owner's last answer to the group, plus the refill since (at most a

@@ -191,7 +191,7 @@ func (s *Syncer) receiveHeard(b []byte) error {
 		}
 		sub.heardAcks = true
 		sub.told = max(sub.told, min(a.last, sub.sent))
-		learn = s.learnDebtLocked(learn, o, sub, a, now) // ownerlearn.go
+		learn = s.learnDebtLocked(learn, o, a, now) // ownerlearn.go
 		switch {
 		case a.start == sub.first:
 			sub.confirmed = true

@@ -10,17 +10,16 @@ import (
 // shares, even demand on a key that every node uses (100 and 200 nodes:
 // more users than AggregateAbove, so they go through aggregators), the
 // limit large enough to share (50/s per node), every node's 2 s share is
-// within ±25% of 1/N and the cluster admits the limit. Before, the owner
-// and some aggregators adopted debts their contributors reported while
-// their aggregates were young, debts that held consumption they had not
-// counted yet (an aggregator's group's), and were charged it twice (337
-// tokens at the owner at 100 nodes): their balances, and the aggregators'
-// users told them, stayed that far low for as long as the key was in
-// debt, and those nodes admitted 0-6% of their share (SCALING.md: 90% of
-// shares within ±25% at 100 nodes, seed 1; 26% with seed 2, 70% at 200
-// nodes). And each aggregator told its users its own balance, which lay an
-// interval's refill below the owner's, the owner's own share 20-27% above
-// the others'.
+// within ±25% of 1/N and the cluster admits the limit. Before, each
+// aggregator told its group its own balance, and the owner decided on its
+// own: those balances differed by hundreds of tokens for as long as the key
+// stayed in debt (an aggregator learnt its users' debts, which held its
+// group's consumption it had counted already: 351 tokens twice; the owner
+// learnt 337 more than it had counted; the aggregators' buckets lost an
+// interval's refill to the cap), and the lowest starved: a group and the
+// owner admitted 0-6% of their share (SCALING.md: 90% of shares within
+// ±25% at 100 nodes, seed 1; 26% with seed 2, 70% at 200 nodes). Each group
+// is now told the owner's balance (owneraggbalance.go).
 func TestEvenDemandThroughAggregatorsIsShared(t *testing.T) {
 	for _, tc := range []struct {
 		nodes int
