@@ -160,6 +160,7 @@ type aggGroup struct {
 	acked uint64        // the group's sum the owner acknowledged
 	heard time.Duration // the last counter of a user (or of this node)
 	upAt  time.Duration // the last answer of the owner; -1: none
+	view  aggUpView     // the owner's last balance (owneraggbalance.go)
 	// fanAt is when its users were last answered at once; fanDue that an
 	// owner's answer came within half an interval of it, so its users are
 	// answered at this node's next round instead (at most about two
@@ -692,6 +693,7 @@ func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration)
 	}
 	g.acked = max(g.acked, a.ackUsed)
 	g.upAt = now
+	g.view.note(a, now) // owneraggbalance.go
 	if a.users > 0 {
 		g.users = a.users
 	}
@@ -747,6 +749,7 @@ func (s *Syncer) aggTakeQueued() []ownerOut {
 		balance := math.NaN()
 		if bounded != nil {
 			balance, _ = bounded.Balance(k.rule, k.key)
+			balance = s.aggBalanceLocked(k, g.o, balance, now) // owneraggbalance.go
 		}
 		for name, sub := range inOrder(s.simRand(), g.o.subs, compareNames) {
 			if now-sub.heard <= s.activeTTL() {

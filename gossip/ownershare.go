@@ -147,11 +147,17 @@ func heardFromLocked(o *ownedKey, sub *ownerSub, c Counter, now time.Duration) {
 
 // selfViewLocked notes, for this node's own ledger, the count of users of
 // a key it owns (or aggregates, owneragg.go) and uses: it admits its share
-// too. Caller holds s.mu.
+// too, of its own balance (an aggregator: of the balance it tells its
+// group, owneraggbalance.go). Caller holds s.mu.
 func (s *Syncer) selfViewLocked(k aggKey, users uint64) {
-	if len(s.owner.selfViews) < s.cfg.MaxSeen {
-		s.owner.selfViews = append(s.owner.selfViews, keyView{k.rule, k.key, k.window, OwnerView{Users: users, Balance: math.NaN()}})
+	if len(s.owner.selfViews) >= s.cfg.MaxSeen {
+		return
 	}
+	v, ok := s.aggSelfViewLocked(k, s.owner.mine[k], users, s.sinceBorn())
+	if !ok {
+		v = OwnerView{Users: users, Balance: math.NaN()}
+	}
+	s.owner.selfViews = append(s.owner.selfViews, keyView{k.rule, k.key, k.window, v})
 }
 
 // ownerLostAfter is how long without any answer for a key makes its
@@ -199,6 +205,7 @@ func (s *Syncer) countUsersLocked(k aggKey, o *ownedKey, now time.Duration) {
 	if b, ok := s.ledger.(BoundedLedger); ok {
 		o.balance, _ = b.Balance(k.rule, k.key)
 	}
+	o.balance = s.aggBalanceLocked(k, o, o.balance, now) // a group's: the owner's (owneraggbalance.go)
 }
 
 // receiveAnswer is receiveAnswerViews without the views.
