@@ -42,7 +42,7 @@ const isolatedReplays = 3
 type traceKind uint8
 
 const (
-	trTake   traceKind = iota // a request or a probe's token taken from the store (not timed)
+	trTake   traceKind = iota // a request or a probe's token taken from the store (a decision: in the replay's CPU, a negligible part)
 	trPacket                  // a best-effort packet delivered (NotifyMsg)
 	trRound                   // a gossip round (Flush)
 	trGive                    // a push-pull started: the node's state given (LocalState)
