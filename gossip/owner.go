@@ -186,7 +186,12 @@ type heardSlot struct {
 
 // ownerState is a syncer's owner-mode state; under Syncer.mu.
 type ownerState struct {
-	ring    *ownerRing
+	ring *ownerRing
+	// last is the ring last built, and changed the members that joined or
+	// went since (at most ringDeltaMax + 1): the next ring is last updated
+	// for them (ownerringdelta.go).
+	last    *ownerRing
+	changed []string
 	fp      uint64 // XOR of memberHash over the members but this node
 	capable bool   // every member speaks owner mode
 	mine    map[aggKey]*ownedKey
@@ -251,6 +256,9 @@ func (s *Syncer) refreshRingLocked() {
 		return
 	}
 	build := func() *ownerRing {
+		if r := s.ringFromLastLocked(); r != nil { // ownerringdelta.go
+			return r
+		}
 		names := make([]string, 0, len(s.peers)+1)
 		names = append(names, s.self)
 		for name := range s.peers {
@@ -282,6 +290,7 @@ func (s *Syncer) ownerMemberLocked(name string) {
 	if name != s.self {
 		s.owner.fp ^= memberHash(name)
 	}
+	s.ringChangedLocked(name) // ownerringdelta.go
 	s.owner.ring = nil
 }
 

@@ -53,10 +53,26 @@ func inOrder[K comparable, V any](rnd *rand.Rand, m map[K]V, compare func(a, b K
 // simRand is the generator inOrder rotates with: the syncer's own in a
 // simulation, nil (map order) in production.
 func (s *Syncer) simRand() *rand.Rand {
-	if s.simulated {
+	if s.sortedLocked() {
 		return s.rnd
 	}
 	return nil
+}
+
+// sortedLocked reports whether the syncer iterates its maps in key order:
+// in a simulation, unless SimulateMapOrder was called.
+func (s *Syncer) sortedLocked() bool { return s.simulated && !s.mapOrder }
+
+// SimulateMapOrder makes a simulated syncer iterate its maps in map order,
+// as in production, instead of in seeded key order: its runs no longer
+// repeat with a seed, and it no longer pays for sorting each map it
+// iterates. For measuring what the syncer's code costs in production
+// (testcluster/sim replays one node's inputs into a syncer on its own).
+// Call it before driving the syncer.
+func (s *Syncer) SimulateMapOrder() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mapOrder = true
 }
 
 func comparePendingKeys(a, b pendingKey) int {

@@ -54,7 +54,7 @@ func (s *Syncer) PruneSeen() { s.pruneSeen() }
 // repeats with the seed. fn may drop the entry it is given. Caller holds
 // s.mu.
 func (s *Syncer) eachPendingLocked(fn func(k pendingKey, p *pendingCounter)) {
-	if !s.simulated {
+	if !s.sortedLocked() {
 		for k, p := range s.pending {
 			fn(k, p)
 		}
@@ -77,7 +77,7 @@ func (s *Syncer) eachPendingLocked(fn func(k pendingKey, p *pendingCounter)) {
 // them in that order, and a receiver pays for a gap from their allowances
 // in it). Caller holds s.mu.
 func (s *Syncer) eachSeenLocked(fn func(k counterKey, sr *seenRange) bool) {
-	if !s.simulated {
+	if !s.sortedLocked() {
 		for k, sr := range s.seen {
 			if !fn(k, sr) {
 				return

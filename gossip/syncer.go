@@ -97,6 +97,9 @@ type Syncer struct {
 	censusID string
 	// simulated is set by Simulate: no transport, so no sender book.
 	simulated bool
+	// mapOrder makes a simulated syncer iterate its maps as production
+	// does (SimulateMapOrder).
+	mapOrder bool
 	// shared is a simulation's member table, read instead of peers,
 	// peerNames and peerIndex (simshared.go); nil in production.
 	shared *SharedMembers

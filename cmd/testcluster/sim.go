@@ -43,6 +43,7 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "jitter", Value: 100 * time.Microsecond, Usage: "mean exponential extra delay (reorders)"},
 			&cli.DurationFlag{Name: "join-spread", Usage: "the membership forms over this long at the start (0: formed before the load)"},
 			&cli.DurationFlag{Name: "quiet", Usage: "the run's last part without load (gossip goes on): balances and charges settle before they are read"},
+			&cli.IntFlag{Name: "isolated", Usage: "nodes whose inputs are replayed after the run into a syncer of their own, for the syncer's CPU in the estimate (0: 8; negative: none, the CPU timed in the run instead)"},
 			&cli.Float64Flag{Name: "churn", Usage: "fraction of nodes replaced per minute"},
 			&cli.DurationFlag{Name: "kill-owner-at", Usage: "crash the hot key's owner then (no replacement; 0: never)"},
 			&cli.DurationFlag{Name: "silence-owner-from", Usage: "the hot key's owner sends nothing (a stalled owner: it still hears) from then"},
@@ -81,7 +82,7 @@ func simCommand() *cli.Command {
 				Offered: c.Float64("offered"), MinPerNode: c.Float64("min-per-node"), PerHost: c.Float64("per-host"), Keys: c.Int("keys"),
 				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"), GossipMode: c.String("gossip-mode"), AggregateAbove: c.Int("aggregate-above"), FirstShare: c.Bool("first-share"), FirstContact: contact,
 				PushPullInterval: c.Duration("push-pull-interval"), Loss: c.Float64("loss"), Latency: c.Duration("latency"),
-				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), JoinSpread: c.Duration("join-spread"), Quiet: c.Duration("quiet"),
+				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), JoinSpread: c.Duration("join-spread"), Quiet: c.Duration("quiet"), Isolated: c.Int("isolated"),
 				Partition:    sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
 				SilenceOwner: sim.Partition{From: c.Duration("silence-owner-from"), To: c.Duration("silence-owner-to")},
 			}

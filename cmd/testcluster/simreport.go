@@ -341,9 +341,13 @@ func writeRow(b *strings.Builder, r *sim.Report, c sim.Config) {
 	if c.FirstShare {
 		contact = c.FirstContact.String()
 	}
-	fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.0f | %.2f%% | %.2f, %.0f MB |\n",
+	cpu := fmt.Sprintf("%.2f%%", 100*r.EstimatedCPU)
+	if r.IsolatedCPU > 0 {
+		cpu += fmt.Sprintf(" (syncer alone %.2f%%, in the sim %.2f%%)", 100*r.IsolatedCPU, 100*r.SyncerCPU)
+	}
+	fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %d / %.0f (%.0f%%) | %d | %+.0f (%.1f bursts) | %s | %s | %s | %.0f | %.0f | %s | %.2f, %.0f MB |\n",
 		r.Nodes, designOf(c), contact, r.Mode, loss, r.Admitted, r.Allowed, 100*r.Accuracy, r.FirstSecond, r.WorstWindow, r.WorstBursts,
-		conv, fair, human(r.PerNode.BytesSent), r.PerNode.PacketsSent, r.PerNodeMax.PacketsSent, 100*r.EstimatedCPU,
+		conv, fair, human(r.PerNode.BytesSent), r.PerNode.PacketsSent, r.PerNodeMax.PacketsSent, cpu,
 		r.CPU.Seconds()/r.Seconds, float64(r.Heap)/(1<<20))
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,6 +226,41 @@ func TestGoalsFromRows(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("no %q in\n%s", want, table)
 		}
+	}
+}
+
+// The estimated CPU is compared only between rows whose estimates were
+// made alike: both on the syncer replayed alone (writeRow's "syncer
+// alone"), or both on the syncer timed in the simulation (older rows).
+func TestGoalsCompareLikeEstimates(t *testing.T) {
+	row := func(n int, cpu string) goalRow {
+		t.Helper()
+		g, ok := parseGoalRow(fmt.Sprintf("| %d | owner | auto | owner | 0%% | 12500 / 30000 (42%%) | 0 | +0 (0.0 bursts) | 18 / 31 ms; 13/13, 13 within (5 holders) | - | 74.8 kB | 1044 | 2317 | %s | 0.29, 10 MB |\n", n, cpu))
+		if !ok {
+			t.Fatalf("not parsed: %s", cpu)
+		}
+		return g
+	}
+	alone50, alone1000 := row(50, "1.40% (syncer alone 0.35%, in the sim 0.47%)"), row(1000, "2.52% (syncer alone 0.80%, in the sim 1.70%)")
+	if alone50.cpu != 1.40 || !alone50.cpuAlone || row(50, "1.54%").cpuAlone {
+		t.Fatalf("parsed %+v", alone50)
+	}
+	for _, tc := range []struct {
+		name     string
+		a, b     goalRow
+		want     string
+		wantNone string
+	}{
+		{"both alone", alone50, alone1000, "est. CPU ×1.80): met", ""},
+		{"both in the sim", row(50, "1.54%"), row(1000, "3.33%"), "est. CPU ×2.16): bytes and packets met, **est. CPU not met**", ""},
+		{"mixed", row(50, "1.54%"), alone1000, "est. CPU not compared: the rows' estimates were made differently): met", "×1.64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table := goalsTable(map[string][]goalRow{"sim-spread": {tc.a, tc.b}})
+			if !strings.Contains(table, tc.want) || (tc.wantNone != "" && strings.Contains(table, tc.wantNone)) {
+				t.Fatalf("want %q in\n%s", tc.want, table)
+			}
+		})
 	}
 }
 

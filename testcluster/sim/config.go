@@ -104,6 +104,11 @@ type Config struct {
 	// Default 5 (fewer in smaller clusters).
 	ProbeHolders int
 
+	// Isolated is how many nodes (spread over the slots) have their inputs
+	// recorded and replayed, after the run, into a syncer of their own for
+	// Report.IsolatedCPU (isolate.go). Default 8; negative: none.
+	Isolated int
+
 	// copyMembers gives every syncer its own copy of the membership, as
 	// in production, even when the membership is formed before the load
 	// (by default the nodes then share one table: gossip.SharedMembers).
@@ -174,6 +179,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Keys <= 0 {
 		c.Keys = c.Nodes
+	}
+	if c.Isolated == 0 {
+		c.Isolated = isolatedNodes
 	}
 	if c.Loss < 0 || c.Loss >= 1 {
 		return fmt.Errorf("sim: loss %v outside [0, 1)", c.Loss)

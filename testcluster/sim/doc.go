@@ -18,11 +18,16 @@
 //
 // What the simulator does not run: memberlist itself (probes, suspicion,
 // its own gossip of membership), encryption and the kernel's UDP. Their cost
-// is estimated from measured per-packet figures (see Report.CPU); failure
-// detection is a fixed delay (memberlist's suspicion timeout for the size).
+// is estimated from a measured per-packet figure (PerPacketCPU); the
+// syncer's own CPU is measured by replaying a few nodes' inputs into a
+// syncer of their own after the run (isolate.go), as timing it among every
+// other node's state would count the simulation's costs as the syncer's
+// (Report.EstimatedCPU). Failure detection is a fixed delay (memberlist's
+// suspicion timeout for the size).
 //
 // Files: config.go (what a run is), queue.go (the event queue), network.go
 // (the simulated membership and network), node.go (a node: store, ledger,
 // syncer), run.go (the run: load, rounds, push-pull, churn), holders.go
-// (owner mode's probes), report.go (what a run measured).
+// (owner mode's probes), report.go (what a run measured), isolate.go (the
+// syncer's CPU replayed in isolation).
 package sim

@@ -35,7 +35,7 @@ func (s *Sim) holderProbe() {
 		if !n.alive {
 			continue
 		}
-		if r, err := n.store.Take(1, []byte(key), s.lim.probe, 1, s.clock()); err != nil || !r.Allowed {
+		if r, err := s.take(n, 1, []byte(key), s.lim.probe); err != nil || !r.Allowed {
 			continue
 		}
 		p.holders = append(p.holders, int32(i))
@@ -59,7 +59,7 @@ func (s *Sim) measureProbe(k int) {
 		delete(s.m.byKey, key)
 		return
 	}
-	if r, err := n.store.Take(1, []byte(key), s.lim.probe, 1, s.clock()); err != nil || !r.Allowed {
+	if r, err := s.take(n, 1, []byte(key), s.lim.probe); err != nil || !r.Allowed {
 		delete(s.m.byKey, key)
 		return
 	}

@@ -21,6 +21,7 @@ func (s *Sim) killOwner() {
 		if n.alive && n.name == owner {
 			n.alive = false
 			s.crashed++
+			s.endTrace(n) // isolate.go
 			s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(n.i), msg: []byte(n.name)})
 			s.undeclared = append(s.undeclared, n.self)
 			return

@@ -71,6 +71,9 @@ func (s *Sim) delay() int64 {
 func (s *Sim) send(from *node, to *memberlist.Node, msg []byte) {
 	from.pktSent++
 	from.bytesSent += uint64(len(msg))
+	if s.isolating {
+		return // a replay's packets go nowhere (isolate.go)
+	}
 	dst := int(to.Port)
 	if dst >= len(s.nodes) || s.nodes[dst].name != to.Name {
 		return // a member that crashed: its address answers no more
@@ -97,6 +100,7 @@ func (s *Sim) deliver(e event) {
 	}
 	n.pktRecv++
 	n.bytesRcv += uint64(len(e.msg))
+	n.trace.add(traceEvent{at: s.now, kind: trPacket, msg: e.msg})
 	start := time.Now()
 	n.dg.NotifyMsg(e.msg)
 	n.busy += time.Since(start)
@@ -122,6 +126,7 @@ func (s *Sim) pushPull(n *node) {
 	if s.cut(n.i, peer) || !s.knows(n.i, peer) {
 		return // the TCP connection fails, or n does not know peer yet
 	}
+	n.trace.add(traceEvent{at: s.now, kind: trGive})
 	start := time.Now()
 	st := n.dg.LocalState(false)
 	n.busy += time.Since(start)
@@ -137,6 +142,7 @@ func (s *Sim) state(e event) {
 		return
 	}
 	n.stateBytes += uint64(len(e.msg))
+	n.trace.add(traceEvent{at: s.now, kind: trState, join: e.join, msg: e.msg})
 	start := time.Now()
 	var reply []byte
 	if !e.join {

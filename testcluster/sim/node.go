@@ -49,6 +49,7 @@ type node struct {
 	bytesSent, bytesRcv uint64
 	stateBytes          uint64 // push-pull states sent and received
 	busy                time.Duration
+	trace               *trace // its inputs, recorded for a replay in isolation (isolate.go); nil: none
 }
 
 // ledger is a simulated daemon's gossip.BoundedLedger over its store, as
@@ -80,6 +81,9 @@ func (l ledger) Charge(rule, key string, window, tokens uint64) {
 		return
 	}
 	l.n.store.ChargeWindow(ns, []byte(key), lim, int64(min(tokens, bucket.MaxCost)), window, l.s.clock())
+	if l.s.isolating {
+		return // a replay (isolate.go) measures nothing of the run
+	}
 	if rule == ruleHot {
 		l.s.hotCharged(l.n, tokens) // hotkey.go
 	}
@@ -103,7 +107,7 @@ func (l ledger) Adopt(rule, key string, window uint64, balance float64) bool {
 		return false
 	}
 	took := l.n.store.Adopt(ns, []byte(key), lim, window, balance, l.s.clock())
-	if took && rule == ruleProbe {
+	if took && rule == ruleProbe && !l.s.isolating {
 		l.s.probeSeen(l.n, key, 0, true)
 	}
 	return took

@@ -50,10 +50,23 @@ type Report struct {
 	// Suspicious is the reports the nodes (every one that ran) clamped or
 	// refused as suspicious, by the check that did: every simulated node
 	// is honest, so any is a bound too tight.
-	Suspicious   map[string]uint64
-	EstimatedCPU float64 // fraction of a core per node: SyncerCPU + PerPacketCPU × packets
+	Suspicious map[string]uint64
 	// Measured on this machine, not repeatable.
-	SyncerCPU float64       // fraction of a core per node spent in the syncer's code
+	//
+	// EstimatedCPU is the fraction of a core per node: IsolatedCPU (or,
+	// where no node was replayed, SyncerCPU) + PerPacketCPU × packets sent
+	// and received.
+	EstimatedCPU float64
+	// IsolatedCPU is the fraction of a core per node spent in the syncer's
+	// code, measured by replaying a few nodes' inputs into a syncer of their
+	// own after the run (isolate.go): the syncer's own cost, without the
+	// simulation's (every node's state in one process, sorted map order).
+	// IsolatedAlloc is what those replays allocated, bytes per node per
+	// second.
+	IsolatedCPU, IsolatedAlloc float64
+	// SyncerCPU is the fraction of a core per node spent in the syncer's
+	// code as timed inside the simulation (every node's calls).
+	SyncerCPU float64
 	Wall      time.Duration // the run's wall time
 	CPU       time.Duration // the run's CPU time (its thread's; Wall where not measured)
 	Heap      uint64        // bytes of heap in use at the end, after a GC (every node's state)
@@ -147,7 +160,7 @@ func (s *Sim) probe() {
 		return
 	}
 	key := "p" + strconv.Itoa(k)
-	if r, err := n.store.Take(1, []byte(key), s.lim.probe, 1, s.clock()); err != nil || !r.Allowed {
+	if r, err := s.take(n, 1, []byte(key), s.lim.probe); err != nil || !r.Allowed {
 		return
 	}
 	// Every other live node: crashed members not yet declared dead are
@@ -306,7 +319,11 @@ func (m *measure) report(s *Sim, wall, cpu time.Duration) *Report {
 	s.hotReport(r) // hotkey.go
 	r.CPU = cpu
 	r.SyncerCPU = busy.Seconds() * (cpu.Seconds() / max(wall.Seconds(), 1e-9)) / secs / float64(c.Nodes)
-	r.EstimatedCPU = r.SyncerCPU + (r.PerNode.PacketsSent+r.PerNode.PacketsReceived)*PerPacketCPU.Seconds()
+	own := r.SyncerCPU
+	if iso, alloc, ok := s.isolated(); ok { // isolate.go
+		r.IsolatedCPU, r.IsolatedAlloc, own = iso, alloc, iso
+	}
+	r.EstimatedCPU = own + (r.PerNode.PacketsSent+r.PerNode.PacketsReceived)*PerPacketCPU.Seconds()
 	return r
 }
 
@@ -339,11 +356,11 @@ func quantile(sorted []float64, q float64) float64 {
 }
 
 // Repeatable returns the report without what depends on this machine's
-// speed and memory (SyncerCPU, EstimatedCPU, Wall, CPU and Heap): what a
-// seed must repeat.
+// speed and memory (SyncerCPU, IsolatedCPU, IsolatedAlloc, EstimatedCPU,
+// Wall, CPU and Heap): what a seed must repeat.
 func (r *Report) Repeatable() Report {
 	c := *r
-	c.SyncerCPU, c.EstimatedCPU, c.Wall, c.CPU, c.Heap = 0, 0, 0, 0, 0
+	c.SyncerCPU, c.IsolatedCPU, c.IsolatedAlloc, c.EstimatedCPU, c.Wall, c.CPU, c.Heap = 0, 0, 0, 0, 0, 0, 0
 	return c
 }
 
@@ -387,6 +404,11 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  honest reports clamped as suspicious, by check: %v\n", r.Suspicious)
 	}
 	fmt.Fprintf(w, "  heap in use at the end: %.0f MB\n", float64(r.Heap)/(1<<20))
-	fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core measured, %.2f%% estimated with %s per packet\n",
-		100*r.SyncerCPU, 100*r.EstimatedCPU, PerPacketCPU)
+	if r.IsolatedCPU > 0 {
+		fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core replayed in isolation (%.0f kB allocated per second), %.2f%% timed in the simulation; %.2f%% estimated with %s per packet\n",
+			100*r.IsolatedCPU, r.IsolatedAlloc/1e3, 100*r.SyncerCPU, 100*r.EstimatedCPU, PerPacketCPU)
+	} else {
+		fmt.Fprintf(w, "  CPU per node: syncer %.2f%% of a core measured, %.2f%% estimated with %s per packet\n",
+			100*r.SyncerCPU, 100*r.EstimatedCPU, PerPacketCPU)
+	}
 }

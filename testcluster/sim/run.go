@@ -40,6 +40,10 @@ type Sim struct {
 	// members to the others, so a replacement learns of them on joining.
 	undeclared []memberlist.Node
 	silent     string // the hot key's owner, once silenced (Config.SilenceOwner)
+	// traces are the recorded nodes' inputs (isolate.go); isolating is set
+	// on the Sim a replay runs in.
+	traces    []*trace
+	isolating bool
 }
 
 // epoch is the virtual clock's start: fixed, so runs repeat.
@@ -82,11 +86,12 @@ func New(cfg Config) (*Sim, error) {
 		}
 	}
 	s.alive = cfg.Nodes
+	s.startTraces() // isolate.go
 	if s.table == nil {
 		for _, n := range s.nodes {
 			for _, m := range s.nodes {
 				if at := s.joinAt(n.i, m.i); at == 0 {
-					n.ev.NotifyJoin(&m.self)
+					s.notifyJoin(n, &m.self)
 				} else {
 					s.push(event{at: at, kind: evJoin, node: int32(n.i), from: int32(m.i)})
 				}
@@ -226,6 +231,7 @@ func (s *Sim) handle(e event) {
 		if !ok {
 			return
 		}
+		n.trace.add(traceEvent{at: s.now, kind: trRound})
 		start := time.Now()
 		n.syncer.Flush()
 		n.busy += time.Since(start)
@@ -245,6 +251,7 @@ func (s *Sim) handle(e event) {
 		if !ok {
 			return
 		}
+		n.trace.add(traceEvent{at: s.now, kind: trPrune})
 		n.syncer.PruneSeen()
 		e.at += int64(time.Minute)
 		s.push(e)
@@ -265,7 +272,7 @@ func (s *Sim) handle(e event) {
 	case evJoin:
 		n, m := s.nodes[e.node], s.nodes[e.from]
 		if n.alive && n.gen == 0 && m.gen == 0 {
-			n.ev.NotifyJoin(&m.self)
+			s.notifyJoin(n, &m.self)
 		}
 	case evDeclare:
 		gone := memberlist.Node{Name: string(e.msg), Port: uint16(e.node)}
@@ -275,7 +282,7 @@ func (s *Sim) handle(e event) {
 		}
 		for _, n := range s.nodes {
 			if n.alive && n.name != gone.Name {
-				n.ev.NotifyLeave(&gone)
+				s.notifyLeave(n, &gone)
 			}
 		}
 		s.alive--
@@ -290,7 +297,7 @@ func (s *Sim) request(n *node) {
 		key = s.keys[s.rnd.IntN(len(s.keys))]
 	}
 	n.requests++
-	r, err := n.store.Take(0, key, s.lim.hot, 1, s.clock())
+	r, err := s.take(n, 0, key, s.lim.hot)
 	if err != nil || !r.Allowed {
 		return
 	}
@@ -312,6 +319,7 @@ func (s *Sim) churn() {
 	}
 	old.alive = false
 	s.crashed++
+	s.endTrace(old) // isolate.go
 	s.m.retire(old)
 	s.push(event{at: s.now + int64(s.cfg.DetectAfter), kind: evDeclare, node: int32(i), msg: []byte(old.name)})
 	if s.table != nil {
@@ -327,16 +335,16 @@ func (s *Sim) churn() {
 		// It learns every member, the crashed ones not yet declared dead
 		// too (as in the shared table).
 		for _, m := range s.undeclared {
-			n.ev.NotifyJoin(&m)
+			s.notifyJoin(n, &m)
 		}
 	}
 	for _, m := range s.nodes {
 		if m.alive {
 			if s.table == nil {
-				n.ev.NotifyJoin(&m.self)
+				s.notifyJoin(n, &m.self)
 			}
 			if m != n {
-				m.ev.NotifyJoin(&n.self)
+				s.notifyJoin(m, &n.self)
 			}
 		}
 	}
