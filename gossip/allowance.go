@@ -196,3 +196,18 @@ func (s *Syncer) pruneStrangersLocked() {
 		}
 	}
 }
+
+// limitOf returns what one origin could admit of key under the limit named
+// rule and key's balance here, when the ledger bounds (BoundedLedger) and
+// knows the rule and the key; ok is false otherwise.
+func (s *Syncer) limitOf(rule, key string) (a Allowance, balance float64, ok bool) {
+	bounded, ok := s.ledger.(BoundedLedger)
+	if !ok {
+		return Allowance{}, 0, false
+	}
+	if a, ok = bounded.Allowance(rule, key); !ok {
+		return Allowance{}, 0, false
+	}
+	balance, _ = bounded.Balance(rule, key)
+	return a, balance, true
+}

@@ -625,15 +625,10 @@ func (s *Syncer) newcomerPrevLocked(o *ownedKey, c Counter) uint64 {
 	if s.sinceBorn()-o.born <= freshAggregate*s.cfg.GossipInterval {
 		return 0
 	}
-	bounded, ok := s.ledger.(BoundedLedger)
+	a, balance, ok := s.limitOf(c.Rule, c.Key)
 	if !ok {
 		return o.total
 	}
-	a, ok := bounded.Allowance(c.Rule, c.Key)
-	if !ok {
-		return o.total
-	}
-	balance, _ := bounded.Balance(c.Rule, c.Key)
 	debt := max(0, a.Burst-a.Soft-balance)
 	// Every token consumed is charged but those wholly refilled since: the
 	// debt's fraction is a token still owed. Truncated, a bucket that

@@ -665,13 +665,10 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 		}
 		return a
 	}
-	if bounded, ok := s.ledger.(BoundedLedger); ok {
-		if al, ok := bounded.Allowance(a.rule, a.key); ok {
-			balance, _ := bounded.Balance(a.rule, a.key)
-			own := max(0, al.Burst-al.Soft-balance)
-			told := a.others - a.prev
-			a.prev = a.others - (told - min(told, uint64(own)))
-		}
+	if al, balance, ok := s.limitOf(a.rule, a.key); ok {
+		own := max(0, al.Burst-al.Soft-balance)
+		told := a.others - a.prev
+		a.prev = a.others - (told - min(told, uint64(own)))
 	}
 	if switched {
 		a.prev = max(a.prev, heard)

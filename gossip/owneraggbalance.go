@@ -71,18 +71,14 @@ func (s *Syncer) aggBalanceLocked(k aggKey, o *ownedKey, own float64, now time.D
 	if g == nil || !g.view.set || now-g.view.at > aggBalanceFresh {
 		return own
 	}
-	bounded, ok := s.ledger.(BoundedLedger)
-	if !ok {
-		return own
-	}
-	al, ok := bounded.Allowance(k.rule, k.key)
+	al, here, ok := s.limitOf(k.rule, k.key)
 	if !ok {
 		return own
 	}
 	sum := g.o.total - min(g.o.total, g.up)
 	b := g.view.balance + al.PerSecond*(now-g.view.at).Seconds()
 	b = min(b, al.Burst-al.Soft) - float64(sum-min(sum, g.view.acked))
-	if here, _ := bounded.Balance(k.rule, k.key); !math.IsNaN(here) && !math.IsInf(here, 0) {
+	if !math.IsNaN(here) && !math.IsInf(here, 0) {
 		// As a view is taken (ownerviewbound.go): an owner that lies about
 		// the balance moves this node's own share no further than the lag
 		// explains (its users bound what they are told themselves).

@@ -44,17 +44,8 @@ func TestLateOwnerFailoverChargesOnce(t *testing.T) {
 			if failedOver == 0 {
 				t.Fatalf("x never failed over with the owner %d rounds late: the test does not test the failover", tt.late)
 			}
-			for range 600 { // settle: every answer, repeat and heard message delivered
-				n.round("")
-			}
-			var total uint64
-			for _, u := range n.used {
-				total += u
-			}
-			for _, name := range n.names {
-				others := total - n.used[name]
-				got := n.ledgers[name].charged["api/"+n.key]
-				t.Logf("%s: charged %d, others consumed %d", name, got, others)
+			for _, c := range n.settledCharges(t) {
+				name, got, others := c.name, c.charged, c.others
 				// Never less (a node charged less admits above the limit),
 				// and more by at most a round of the others' consumption
 				// (a fresh aggregate's first answers may carry what the

@@ -138,17 +138,8 @@ func TestLateOwnerFailoverKeepsOneAccount(t *testing.T) {
 			if failedOver == 0 {
 				t.Fatalf("no node failed over with the owner %d rounds late: the test does not test the failover", tt.late)
 			}
-			for range 600 { // settle: every answer, repeat and heard message delivered
-				n.round("")
-			}
-			var total uint64
-			for _, u := range n.used {
-				total += u
-			}
-			for _, name := range n.names {
-				others := total - n.used[name]
-				got := n.ledgers[name].charged["api/"+n.key]
-				t.Logf("%s: charged %d, others consumed %d", name, got, others)
+			for _, c := range n.settledCharges(t) {
+				name, got, others := c.name, c.charged, c.others
 				if got < others {
 					t.Errorf("%s charged %d of the %d tokens the others consumed: it admits %d above the limit", name, got, others, others-got)
 				}
@@ -160,6 +151,34 @@ func TestLateOwnerFailoverKeepsOneAccount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nodeCharge is what a node was charged of the failover net's key and what
+// the others consumed of it.
+type nodeCharge struct {
+	name            string
+	charged, others uint64
+}
+
+// settledCharges runs rounds until every answer, repeat and heard message
+// is delivered, then returns each node's charge of n.key against what the
+// others consumed, logging both.
+func (n *failoverNet) settledCharges(t *testing.T) []nodeCharge {
+	t.Helper()
+	for range 600 {
+		n.round("")
+	}
+	var total uint64
+	for _, u := range n.used {
+		total += u
+	}
+	out := make([]nodeCharge, 0, len(n.names))
+	for _, name := range n.names {
+		c := nodeCharge{name, n.ledgers[name].charged["api/"+n.key], total - n.used[name]}
+		t.Logf("%s: charged %d, others consumed %d", c.name, c.charged, c.others)
+		out = append(out, c)
+	}
+	return out
 }
 
 // bury makes every live node see name leave (memberlist declared it dead).

@@ -51,15 +51,10 @@ type learnt struct {
 // rounded up; 0 without a BoundedLedger or for a key it has no limit for.
 // Caller holds s.mu.
 func (s *Syncer) debtLocked(k aggKey) uint64 {
-	bounded, ok := s.ledger.(BoundedLedger)
+	a, balance, ok := s.limitOf(k.rule, k.key)
 	if !ok {
 		return 0
 	}
-	a, ok := bounded.Allowance(k.rule, k.key)
-	if !ok {
-		return 0
-	}
-	balance, _ := bounded.Balance(k.rule, k.key)
 	debt := a.Burst - a.Soft - balance
 	if !(debt > 0) { // a full bucket, or no balance (+Inf, NaN)
 		return 0
