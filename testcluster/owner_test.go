@@ -147,6 +147,20 @@ func TestOwnerModeConverges(t *testing.T) {
 	}
 }
 
+// ownerNode returns the index of the node that owns key under rule (as
+// node 0's ring says), its name and its replica's.
+func ownerNode(t *testing.T, c *Cluster, rule, key string) (int, string, string) {
+	t.Helper()
+	owner, replica := c.Node(0).Daemon().Syncer().OwnerOf(rule, key)
+	for i, nd := range c.Nodes() {
+		if nd.Name == owner {
+			return i, owner, replica
+		}
+	}
+	t.Fatalf("owner %q of %q is no node", owner, key)
+	return -1, "", ""
+}
+
 // TestOwnerKilledMidRunKeepsTheLimit: the owner of a hot key is killed (no
 // leave) while every node is saturating the key. The others stop hearing
 // answers, fail over to the key's replica within ownerFailover rounds
@@ -160,16 +174,7 @@ func TestOwnerKilledMidRunKeepsTheLimit(t *testing.T) {
 	}
 	c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"})
 	const key = "killed-owner-key"
-	owner, replica := c.Node(0).Daemon().Syncer().OwnerOf("api", key)
-	victim := -1
-	for i, nd := range c.Nodes() {
-		if nd.Name == owner {
-			victim = i
-		}
-	}
-	if victim < 0 {
-		t.Fatalf("owner %q of %q is no node", owner, key)
-	}
+	victim, owner, replica := ownerNode(t, c, "api", key)
 	const secs = 12
 	killAt := 3 * time.Second
 	start := time.Now()

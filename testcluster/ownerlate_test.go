@@ -39,16 +39,7 @@ func TestLateOwnerKeepsTheLimit(t *testing.T) {
 	}
 	c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"})
 	const key = "late-owner-key"
-	owner, replica := c.Node(0).Daemon().Syncer().OwnerOf("api", key)
-	late := -1
-	for i, nd := range c.Nodes() {
-		if nd.Name == owner {
-			late = i
-		}
-	}
-	if late < 0 {
-		t.Fatalf("owner %q of %q is no node", owner, key)
-	}
+	late, owner, replica := ownerNode(t, c, "api", key)
 	const secs = 8
 	// Silent 1 s (50 intervals) at 2 s and at 5 s: under the 2 s a
 	// suspected member has to refute, over the 16 intervals of a
