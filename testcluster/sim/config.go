@@ -186,6 +186,28 @@ func (c *Config) setDefaults() error {
 	if c.Loss < 0 || c.Loss >= 1 {
 		return fmt.Errorf("sim: loss %v outside [0, 1)", c.Loss)
 	}
+	if err := c.Partition.check("partition", c.Nodes); err != nil {
+		return err
+	}
+	if err := c.SilenceOwner.check("owner silence", -1); err != nil {
+		return err
+	}
+	return nil
+}
+
+// check refuses a window that is set but would never act: negative times,
+// an end not after its start, or (nodes >= 0: a split) a split that leaves
+// one side empty. The zero Partition is none.
+func (p Partition) check(what string, nodes int) error {
+	if p == (Partition{}) {
+		return nil
+	}
+	if p.From < 0 || p.To <= p.From {
+		return fmt.Errorf("sim: %s from %v to %v: want 0 <= from < to", what, p.From, p.To)
+	}
+	if nodes >= 0 && (p.Split <= 0 || p.Split >= nodes) {
+		return fmt.Errorf("sim: %s split %d of %d nodes: want 1 to %d", what, p.Split, nodes, nodes-1)
+	}
 	return nil
 }
 
