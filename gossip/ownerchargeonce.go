@@ -31,7 +31,8 @@ import "time"
 // summed under its own name). A node that did not fail the key over
 // charges both whole, as before: its replica's answers are then an
 // earlier owner's after a membership change, another account. The pair ends when the ring names neither
-// as the key's owner or replica, or once the replica has been silent for
+// as the key's owner or replica, when the owner answers again with its sum
+// caught up and this node no longer failed over from it, or once the replica has been silent for
 // an active TTL and the owner has charged at least as much (or for a
 // subscription's TTL, whatever was charged): later answers charge whole.
 // What the replica charged beyond the owner's answers is never taken back
@@ -63,7 +64,7 @@ func (s *Syncer) replicaChargeLocked(c Counter, tokens uint64, now time.Duration
 // change. Caller holds s.mu.
 func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, now time.Duration) bool {
 	if f, ok := s.owner.failover[[2]string{k.rule, k.key}]; ok && f.owner == owner {
-		return true
+		return true // failed over now, or lately
 	}
 	h := s.owner.heard[k]
 	if sender != s.self || h == nil {
@@ -76,6 +77,14 @@ func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, now time.Durati
 		}
 	}
 	return last >= 0 && now-last >= ownerFailover/2*s.cfg.GossipInterval
+}
+
+// failingOverLocked reports whether this node's counters of k go to the
+// replica now, owner not having answered since (ownerfailover.go). Caller
+// holds s.mu.
+func (s *Syncer) failingOverLocked(k aggKey, owner string) bool {
+	f, ok := s.owner.failover[[2]string{k.rule, k.key}]
+	return ok && f.owner == owner && f.ended == 0
 }
 
 // chargePairs holds the keys this node failed over lately, each with its
@@ -139,7 +148,13 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 		return tokens
 	}
 	charge := max(p.sumA, p.sumB) - before
-	if quiet := now - p.lastB; quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.sumB {
+	// The owner answering again, this node no longer failed over from it,
+	// with the owner's sum caught up ends the pair: the failover is over,
+	// and a later one starts a pair of its own (a pair kept from the last
+	// one would swallow the next replica's answers up to the owner's sum:
+	// nodes charged nothing of a second failover while it lasts).
+	caughtUp := sender == p.a && p.sumA >= p.sumB && !s.failingOverLocked(k, p.a)
+	if quiet := now - p.lastB; caughtUp || quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.sumB {
 		delete(s.owner.pairs.m, k)
 	}
 	return charge
