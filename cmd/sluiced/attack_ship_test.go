@@ -595,10 +595,24 @@ func TestShipKubernetesSidecarArgsStartTheDaemon(t *testing.T) {
 		}
 		return code == http.StatusTooManyRequests
 	})
-	if !slices.Contains(codes, http.StatusOK) || strings.Contains(pp.stderr.String(), "failing open") {
+	// The 429 comes from the sidecar deciding; a call that failed open for
+	// any cause but a slow answer (a loaded machine: the daemon was reached
+	// and answered late) would mean the app does not reach it as deployed.
+	if !slices.Contains(codes, http.StatusOK) || failedOpenNotSlow(pp.stderr.String()) {
 		t.Fatalf("the stand-in app's answers %v (want 200s through the sidecar, then 429); its log:\n%s", codes, pp.stderr.String())
 	}
 	t.Logf("the stand-in app answered %v", codes)
+}
+
+// failedOpenNotSlow reports whether log holds a call that failed open for
+// another cause than the daemon's answer coming late (cause=timeout).
+func failedOpenNotSlow(log string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "failing open") && !strings.Contains(line, "cause=timeout") {
+			return true
+		}
+	}
+	return false
 }
 
 // The systemd unit's common case, as far as it runs without systemd as
