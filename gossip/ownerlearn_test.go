@@ -25,12 +25,7 @@ func TestNewOwnerLearnsTheDebtFromItsContributors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, l := newOwnerSyncer("o", "a", "b")
-			bl := &boundLedger{memLedger: l, a: Allowance{Burst: 100, PerSecond: 10}}
-			o.ledger = bl
-			now := time.Now()
-			o.now = func() time.Time { return now }
-			o.born = now
+			o, bl, now := newLearningOwner()
 			const key = "k"
 			o.mu.Lock()
 			serial := map[string]uint64{}
@@ -39,7 +34,7 @@ func TestNewOwnerLearnsTheDebtFromItsContributors(t *testing.T) {
 				serial[c] = o.owner.mine[aggKey{"r", key, 0}].subs[c].serial
 			}
 			o.mu.Unlock()
-			now = now.Add(tt.age)
+			*now = now.Add(tt.age)
 			for i, debt := range tt.debts {
 				from := []string{"b", "a"}[i]
 				w := &heardWriter{limit: 1300, sender: from, at: uint64(now.UnixNano())}
@@ -105,19 +100,14 @@ func TestNoDebtIsLearntByAGroup(t *testing.T) {
 		}, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, l := newOwnerSyncer("o", "a", "b")
-			bl := &boundLedger{memLedger: l, a: Allowance{Burst: 100, PerSecond: 10}}
-			o.ledger = bl
-			now := time.Now()
-			o.now = func() time.Time { return now }
-			o.born = now
+			o, bl, now := newLearningOwner()
 			k := aggKey{"r", "k", 0}
 			o.mu.Lock()
 			o.aggregateLocked(false, Allowance{}, "b", Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1}, time.Second, o.sinceBorn())
 			serial := o.owner.mine[k].subs["b"].serial
 			tc.set(o, k)
 			o.mu.Unlock()
-			now = now.Add(iv)
+			*now = now.Add(iv)
 			w := &heardWriter{limit: 1300, sender: "b", at: uint64(now.UnixNano())}
 			if err := o.receiveHeard(w.with(heardAck{rule: "r", key: "k", gen: serial, debt: 80})); err != nil {
 				t.Fatal(err)
@@ -127,4 +117,16 @@ func TestNoDebtIsLearntByAGroup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newLearningOwner returns owner "o" of members a and b over a bounded
+// ledger (burst 100, 10/s) and the clock it reads, born at its start.
+func newLearningOwner() (*Syncer, *boundLedger, *time.Time) {
+	o, l := newOwnerSyncer("o", "a", "b")
+	bl := &boundLedger{memLedger: l, a: Allowance{Burst: 100, PerSecond: 10}}
+	o.ledger = bl
+	now := time.Now()
+	o.now = func() time.Time { return now }
+	o.born = now
+	return o, bl, &now
 }
