@@ -135,7 +135,8 @@ func (d *Daemon) start(ctx context.Context, serve bool) (err error) {
 		})
 	}
 	lc.state = running
-	close(d.ready)
+	// The start-up lines are written before readiness is announced, so a
+	// probe that sees the daemon ready can also read how it started.
 	if serve {
 		rs := d.rules.Load()
 		d.log.Info("sluiced serving", "socket", d.settings.SocketPath, "node", d.settings.NodeName,
@@ -146,6 +147,7 @@ func (d *Daemon) start(ctx context.Context, serve bool) (err error) {
 				"encrypted", d.settings.Cluster.Encrypted())
 		}
 	}
+	close(d.ready)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
 	"github.com/sluicelabs/sluice/config"
@@ -348,4 +349,47 @@ func TestRunStopsEverythingWhenServingFails(t *testing.T) {
 		t.Fatal("Run did not return after serving failed")
 	}
 	assertUnbound(t, s)
+}
+
+// readyWatchWriter records, for each log line, whether the daemon had
+// already announced readiness when the line was written.
+type readyWatchWriter struct {
+	ready       <-chan struct{}
+	afterReady  []string
+	beforeReady []string
+}
+
+func (w *readyWatchWriter) Write(p []byte) (int, error) {
+	select {
+	case <-w.ready:
+		w.afterReady = append(w.afterReady, string(p))
+	default:
+		w.beforeReady = append(w.beforeReady, string(p))
+	}
+	return len(p), nil
+}
+
+// The start-up lines (the socket served, the gossip and whether it is
+// encrypted) are written before readiness is announced: a probe that sees
+// the daemon ready can read how it started (CI once read the log between
+// the two and found no "encrypted" line).
+func TestStartUpLinesComeBeforeReady(t *testing.T) {
+	defer goleak.VerifyNone(t, gossiptest.MemberlistLeftovers()...)
+	s := lifeSettings(t)
+	w := &readyWatchWriter{}
+	d, err := New(Config{Settings: s, Logger: hclog.New(&hclog.LoggerOptions{Output: w, Level: hclog.Info})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ready = d.Ready()
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-d.Ready()
+	mustShutdown(t, d)
+	for _, want := range []string{"sluiced serving", "cluster gossip on"} {
+		if !slices.ContainsFunc(w.beforeReady, func(l string) bool { return strings.Contains(l, want) }) {
+			t.Errorf("%q was not logged before the daemon was ready; logged after: %q", want, w.afterReady)
+		}
+	}
 }
