@@ -87,3 +87,59 @@ func BenchmarkClusterTake(b *testing.B) {
 		})
 	}
 }
+
+// Floors that stood aside (the owner counted more users than the burst
+// has tokens: viewFloor) come back each at its own phase, spread over a
+// spacing as they started, not all at once: left behind meanwhile, every
+// node's floor came due while it stood aside, and when the count fell back
+// to the burst every node admitted a token within a few milliseconds, in
+// debt (100
+// simulated nodes, limit 100/s burst 100, counted 101-103 users for 0.6 s
+// then 100: 68 tokens in 0.1 s, 108% of the limit over 5 s).
+func TestFloorsThatStoodAsideComeBackSpread(t *testing.T) {
+	const nodes = 100
+	lim, _ := NewLimit(100, time.Second, 100)
+	t0 := time.Unix(1_700_000_000, 0)
+	key := []byte("k")
+	stores := make([]*Store, nodes)
+	view := func(s *Store, users uint64, now time.Time) {
+		// The cluster in debt: no share of a refill, the floor's depth
+		// (a token a user) not reached.
+		s.SetOwnerView(1, key, lim, OwnerView{Users: users, Balance: -20, Interval: 20 * time.Millisecond}, now)
+	}
+	for i := range stores {
+		s := NewStore(StoreConfig{TrackConsumption: true, Seed: uint64(i + 1)})
+		s.SetFirstShare(nodes, 50*time.Millisecond)
+		s.Take(1, key, lim, 1, t0) // its first contact's share
+		stores[i] = s
+	}
+	// A request every 20 ms on every node, the owner answering as often:
+	// users as counted, over phases.
+	admitted := func(users uint64, from, to time.Duration) int {
+		n := 0
+		for at := from; at < to; at += 20 * time.Millisecond {
+			now := t0.Add(at)
+			for _, s := range stores {
+				view(s, users, now)
+				if r, _ := s.Take(1, key, lim, 1, now); r.Allowed {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	admitted(nodes, 100*time.Millisecond, 300*time.Millisecond)             // the floors start
+	aside := admitted(nodes+1, 300*time.Millisecond, 1800*time.Millisecond) // more users than tokens: no floor
+	if aside != 0 {
+		t.Fatalf("admitted %d while the floors stood aside, want 0 (the cluster is in debt)", aside)
+	}
+	// Back to 100 users: the floors admit a token per node per spacing
+	// (1.05 s at 100 users), spread over it: about 10 in the first 100 ms
+	// (10; left behind, 148: every floor, up to its slack).
+	if got := admitted(nodes, 1800*time.Millisecond, 1900*time.Millisecond); got > 25 {
+		t.Errorf("admitted %d in the first 100 ms after the floors came back, want about 10 (at most 25)", got)
+	}
+	if got := admitted(nodes, 1900*time.Millisecond, 2900*time.Millisecond); got > 100 {
+		t.Errorf("admitted %d in the next second, want at most a token a node", got)
+	}
+}

@@ -156,7 +156,8 @@ func (s *Store) shareDecides(v view, t *tracking, lim Limit, cost int64, now tim
 // floors that come due while a debt is paid back come due together once
 // it is, a token on every node at once, more than the burst (simulated,
 // 3,000 nodes at 20 req/s each: 153% of the limit over 5 s), and a node's
-// share of a refill is below a token anyway. ok is false then: no floor.
+// share of a refill is below a token anyway. ok is false then: no floor,
+// and it earns nothing meanwhile (floorAside).
 func (s *Store) viewFloor(v view, t *tracking, lim Limit) (f floorOf, ok bool) {
 	if int64(v.users) > lim.burst {
 		return floorOf{}, false

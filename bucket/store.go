@@ -262,6 +262,9 @@ func (s *Store) take(ns Namespace, key []byte, lim Limit, cost int64, l leeway, 
 		if viewed {
 			f, floored = s.viewFloor(v, sl.tracked(), lim) // share.go
 		}
+		if !floored {
+			floorAside(st, lim, int64(v.users), now) // floor.go
+		}
 		if !r.Allowed && l.maxWait == 0 && floored && s.floorAdmits(st, lim, s.floorBalance(v, viewed, st, sl.tracked(), lim, now), f, now) {
 			st.charge(lim, cost, 0, now) // below its fair floor: admitted, charged all the same
 			r = Result{Allowed: true, Limit: r.Limit, ResetAfter: r.ResetAfter}

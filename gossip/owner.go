@@ -792,11 +792,11 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 		} else {
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}
-		tokens := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
+		tokens, below := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
 		if fromOwner {
 			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now) // ownerchargeonce.go
 		}
-		group := fromOwner && s.aggHeardLocked(a, tokens, now) // owneragg.go
+		group := fromOwner && s.aggHeardLocked(sender, a, tokens, min(below, tokens), now) // owneragg.go
 		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
@@ -812,8 +812,10 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 }
 
 // heardLocked records an answer (first: its prev as the sender sent it)
-// and returns the tokens it adds. Caller holds s.mu.
-func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now time.Duration, bounded bool, al Allowance, others int) uint64 {
+// and returns the tokens it adds, and how many of them lie below what its
+// subscription had told here (the first answers' prev, ownerfirst.go): news
+// to this node, not to its sender's numbering. Caller holds s.mu.
+func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now time.Duration, bounded bool, al Allowance, others int) (tokens, below uint64) {
 	k := aggKey{a.rule, a.key, a.window}
 	h := s.owner.heard[k]
 	if h == nil {
@@ -849,10 +851,10 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now tim
 		elapsed += max(0, now-slot.at)
 	}
 	slot.at = now
-	var tokens uint64
 	if a.prev < slot.first { // it missed the first answers: what they carried (ownerrepeat.go)
 		if slot.start == slot.first {
 			tokens, slot.start = slot.start-a.prev, a.prev
+			below = tokens
 		}
 		slot.first, urgent = a.prev, true
 	}
@@ -862,7 +864,7 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now tim
 	}
 	s.noteHeardLocked(k, sender, slot, urgent)
 	if tokens == 0 {
-		return 0
+		return 0, 0
 	}
 	if bounded {
 		// Every other member together could have admitted no more than
@@ -873,7 +875,7 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now tim
 			tokens = uint64(limit)
 		}
 	}
-	return tokens
+	return tokens, min(below, tokens)
 }
 
 // ackLocked stops sending the part of this node's own pending counter that

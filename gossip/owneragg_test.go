@@ -509,7 +509,8 @@ func TestAdjustedStartIsNotRepairedTwice(t *testing.T) {
 	defer s.mu.Unlock()
 	k := aggKey{"api", "k", 0}
 	heard := func(sender string, gen, prev, others, first uint64) uint64 {
-		return s.heardLocked(sender, ownerAnswer{rule: "api", key: "k", gen: gen, prev: prev, others: others}, first, time.Second, false, Allowance{}, 19)
+		tokens, _ := s.heardLocked(sender, ownerAnswer{rule: "api", key: "k", gen: gen, prev: prev, others: others}, first, time.Second, false, Allowance{}, 19)
+		return tokens
 	}
 	if got := heard("agg", 1, 500, 600, 100); got != 100 {
 		t.Fatalf("first answer from the aggregator, started at 500 (its first prev 100): charged %d, want 100", got)
