@@ -38,30 +38,62 @@ func evenLoad(n, total int) []int {
 
 // TestOwnerModeHoldsTheLimit: in owner mode, saturating load (five times
 // the limit) on one key spread evenly over N nodes is held to burst +
-// rate × T within 5%: every node hears the others' consumption from the
-// key's owner, never from each other. The lower bound is asserted only
-// when the load was offered; the test logs the nodes' views of the owner
-// (a replica holding an aggregate: a node failed over).
+// rate × T within 5% (issue 20's goal 1): every node hears the others'
+// consumption from the key's owner, never from each other. The lower bound
+// is asserted only when the load was offered; the test logs the nodes'
+// views of the owner (a replica holding an aggregate: a node failed over).
+//
+// Each size runs as sluiced does ("shares": first-contact hold, fair floor
+// and the owner's shares), and at up to sharesOffMax nodes also without
+// them ("shares off", daemon.Config.NoFirstShare, as before issue 20). Not
+// at 50 without shares: each node then decides on its own balance, and
+// every node whose request comes while its balance shows a token admits
+// it before hearing the others'. The driver's tickers fire on every node
+// at once, so the cluster admits in waves of one token per node; a wave
+// at 50 nodes is 50 tokens, 7.1% of the 700 a 6 s run allows, and a
+// gossip round late by more than a tick (100 ms: a starved machine) lets
+// a second wave through. Its total then lies anywhere from 100% to about
+// 114% with the phase of the last wave at the deadline (measured: 105-114%
+// in about one run of ten on a loaded machine, every node charged exactly
+// the others' consumption afterwards: nothing lost, nothing counted
+// twice). That is the overshoot issue 20's shares remove (a node takes
+// only its share of the owner's view), not a bound 5% can hold; at 10
+// nodes a wave is 10 tokens (1.4%).
 func TestOwnerModeHoldsTheLimit(t *testing.T) {
+	const sharesOffMax = 10
 	for _, n := range ownerSizes() {
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
-			c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner"})
-			const secs, key = 6, "hot-key"
-			stop := make(chan struct{})
-			views := make(chan ownerViews, 1)
-			go func() { views <- watchOwnerViews(c, "api", key, stop) }()
-			start := time.Now()
-			got, offered := driveOffered(c, "api", key, evenLoad(n, 500), secs*time.Second)
-			elapsed := time.Since(start).Seconds()
-			close(stop)
-			v := <-views
-			want := 100 + 100*elapsed
-			asked := n * max(1, 500/n) * secs
-			t.Logf("admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); offered %d of %d asked; %s",
-				got, elapsed, want, 100*float64(got)/want, offered, asked, v)
-			withinShare(t, got, offered, asked, want, 0.05) // the lower bound only when the load was offered
+			for _, shares := range []bool{true, false} {
+				name := "shares"
+				if !shares {
+					name = "shares off"
+					if n > sharesOffMax {
+						continue
+					}
+				}
+				t.Run(name, func(t *testing.T) { ownerHoldsTheLimit(t, n, shares) })
+			}
 		})
 	}
+}
+
+// ownerHoldsTheLimit is a case of TestOwnerModeHoldsTheLimit.
+func ownerHoldsTheLimit(t *testing.T, n int, shares bool) {
+	c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner", FirstShare: shares})
+	const secs, key = 6, "hot-key"
+	stop := make(chan struct{})
+	views := make(chan ownerViews, 1)
+	go func() { views <- watchOwnerViews(c, "api", key, stop) }()
+	start := time.Now()
+	got, offered := driveOffered(c, "api", key, evenLoad(n, 500), secs*time.Second)
+	elapsed := time.Since(start).Seconds()
+	close(stop)
+	v := <-views
+	want := 100 + 100*elapsed
+	asked := n * max(1, 500/n) * secs
+	t.Logf("admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); offered %d of %d asked; %s",
+		got, elapsed, want, 100*float64(got)/want, offered, asked, v)
+	withinShare(t, got, offered, asked, want, 0.05) // the lower bound only when the load was offered
 }
 
 // ownerProbe takes one token of key on node from and returns how long until
