@@ -139,6 +139,10 @@ type aggUse struct {
 	// viewUsers is the largest users count of the views its aggregators
 	// told (0: none yet).
 	viewUsers uint64
+	// elsewhereAt is when this node last sent the key's counter to an
+	// aggregator other than itself (0: never): that one counts it among
+	// its group's users for a users window after (groupUsersLocked).
+	elsewhereAt time.Duration
 }
 
 // aggViewHeardLocked notes the view (users) of an answer from this node's
@@ -328,6 +332,7 @@ func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duratio
 		st.writers = map[string]*packetWriter{}
 	}
 	s.writerTo(st.writers, agg).add(s.self, p.c)
+	u.elsewhereAt = now
 	return true
 }
 
@@ -383,6 +388,7 @@ func (s *Syncer) aggSubscribeLocked(now time.Duration) {
 			st.writers = map[string]*packetWriter{}
 		}
 		s.writerTo(st.writers, agg).add(s.self, Counter{Rule: k[0], Key: k[1], Epoch: own.Epoch, Window: own.Window, Prev: own.Used, Used: own.Used})
+		u.elsewhereAt = now
 		if u.waiting == 0 {
 			u.waiting = s.owner.round // unanswered, it moves to the next slot (aggSendLocked)
 		}
@@ -534,11 +540,22 @@ func (s *Syncer) groupCounterLocked(k aggKey, g *aggGroup, now time.Duration) (s
 // groupUsersLocked is how many of group g's users (this node included)
 // were heard within the users window of k (ownershare.go). Caller holds
 // s.mu.
+//
+// This node counts itself only once a users window (and an interval, the
+// group counters' own lag) has passed since it last sent the key's counter
+// to another aggregator: a user that becomes an aggregator of its key
+// stays among that aggregator's users for a window, and the owner, which
+// sums the groups' counts, counted it twice meanwhile (100 simulated
+// nodes, burst 100: 101-103 users for 0.6 s at the start of aggregation,
+// every double one an aggregator that had been a user of another, and
+// the fair floors stood aside for it, bucket/share.go).
 func (s *Syncer) groupUsersLocked(k aggKey, g *aggGroup, now time.Duration) uint64 {
 	w := s.usersWindowLocked(k.rule, k.key)
+	u := s.owner.agg.hot[[2]string{k.rule, k.key}]
+	elsewhere := u != nil && u.elsewhereAt != 0 && now-u.elsewhereAt <= w+s.cfg.GossipInterval // still the other's user
 	n := uint64(0)
-	for _, sub := range g.o.subs {
-		if now-sub.lastHeard() <= w {
+	for name, sub := range g.o.subs {
+		if now-sub.lastHeard() <= w && !(elsewhere && name == s.self) {
 			n++
 		}
 	}
