@@ -740,7 +740,7 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 		if !ok {
 			return
 		}
-		if tokens := s.replicaChargeLocked(c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), in.now); tokens > 0 { // ownerchargeonce.go
+		if tokens := s.replicaChargeLocked(origin, c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), in.now); tokens > 0 { // ownerchargeonce.go
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})
@@ -795,6 +795,8 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 		tokens := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
 		if fromOwner {
 			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now) // ownerchargeonce.go
+		} else {
+			tokens = s.echoChargeLocked(aggKey{a.rule, a.key, a.window}, sender, tokens, now) // owneraggreplica.go
 		}
 		group := fromOwner && s.aggHeardLocked(a, tokens, now) // owneragg.go
 		if tokens > 0 {

@@ -19,6 +19,11 @@ type failoverNet struct {
 	used    map[string]uint64
 	held    [][2]any        // [to, packet] of the slowed node, in order
 	dead    map[string]bool // runs no round, hears nothing
+	// sent holds [to, packet] that nodes sent outside their rounds (an
+	// aggregator's answers and forwards as packets arrive), when the net
+	// gives its nodes a membership (withSends); delivered after each
+	// delivery.
+	sent [][2]any
 }
 
 func newFailoverNet(t *testing.T, names ...string) *failoverNet {
@@ -84,6 +89,7 @@ func (n *failoverNet) round(slow string, consumers ...string) {
 					continue
 				}
 				n.nodes[o.to.Name].receive(p)
+				n.deliverSent()
 			}
 		}
 	}
