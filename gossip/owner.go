@@ -798,7 +798,7 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 		} else {
 			tokens = s.echoChargeLocked(aggKey{a.rule, a.key, a.window}, sender, tokens, now) // owneraggreplica.go
 		}
-		group := fromOwner && s.aggHeardLocked(a, tokens, now) // owneragg.go
+		group := fromOwner && s.aggHeardLocked(a, tokens, now, s.acksLocked(a.rule, a.key, sender, owner)) // owneragg.go
 		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}

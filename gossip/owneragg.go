@@ -564,11 +564,16 @@ func (s *Syncer) aggForwardLocked(keys []aggKey, now time.Duration) {
 }
 
 // writeGroupCounterLocked writes group g's counter of k into writers, by
-// the member it goes to, if it is due (groupCounterLocked). Caller holds
-// s.mu.
+// the member it goes to, if it is due (groupCounterLocked): while the key
+// is failed over, to the replica and to the owner, as a user's counters
+// (ownerfailover.go): a late owner counts the group meanwhile, and its
+// first answer ends the failover. Caller holds s.mu.
 func (s *Syncer) writeGroupCounterLocked(k aggKey, g *aggGroup, now time.Duration, writers map[string]*packetWriter) {
 	if to, c, users, ok := s.groupCounterLocked(k, g, now); ok {
 		s.writerTo(writers, to).addEntry(s.self, c, users, true)
+		if also := s.failoverAlsoLocked(k.rule, k.key, to); also != "" {
+			s.writerTo(writers, also).addEntry(s.self, c, users, true)
+		}
 	}
 }
 
@@ -678,17 +683,21 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 
 // aggHeardLocked takes an owner's answer at an aggregator: what it adds
 // (tokens, charged here already) joins the group's total, its ack the
-// group's, its users count the group's users are told, and the group's
-// users are answered as soon as the lock is let go. It reports whether the
-// answer was the group's (its view is then not this node's own: this node
-// hears its share as its users do, answersLocked). Caller holds s.mu.
-func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration) bool {
+// group's (if it acknowledges: not the replica's while the group is failed
+// over, acksLocked), its users count the group's users are told, and the
+// group's users are answered as soon as the lock is let go. It reports
+// whether the answer was the group's (its view is then not this node's
+// own: this node hears its share as its users do, answersLocked). Caller
+// holds s.mu.
+func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration, ack bool) bool {
 	k := aggKey{a.rule, a.key, a.window}
 	g := s.owner.agg.groups[k]
 	if g == nil || g.o != s.owner.mine[k] || a.ackEpoch != g.epoch {
 		return false // not an answer to the group's counter (its own consumption's, perhaps)
 	}
-	g.acked = max(g.acked, a.ackUsed)
+	if ack {
+		g.acked = max(g.acked, a.ackUsed)
+	}
 	g.upAt = now
 	g.view.note(a, now) // owneraggbalance.go
 	if a.users > 0 {

@@ -15,7 +15,7 @@ type netMembership struct {
 }
 
 func (m netMembership) SendBestEffort(to *memberlist.Node, p []byte) error {
-	m.n.sent = append(m.n.sent, [2]any{to.Name, p})
+	m.n.sent = append(m.n.sent, [3]any{m.self.Name, to.Name, p})
 	return nil
 }
 
@@ -37,13 +37,17 @@ func (n *failoverNet) withSends(above int) *failoverNet {
 }
 
 // deliverSent delivers what nodes sent outside their rounds, and what that
-// makes them send, up to a bound.
+// makes them send, up to a bound; the slowed node's is held.
 func (n *failoverNet) deliverSent() {
 	for i := 0; i < 10000 && len(n.sent) > 0; i++ {
 		h := n.sent[0]
 		n.sent = n.sent[1:]
-		if to := h[0].(string); !n.dead[to] {
-			n.nodes[to].receive(h[1].([]byte))
+		switch from, to := h[0].(string), h[1].(string); {
+		case n.dead[to]:
+		case from == n.slowing:
+			n.held = append(n.held, [2]any{to, h[2]})
+		default:
+			n.nodes[to].receive(h[2].([]byte))
 		}
 	}
 	n.sent = nil
@@ -132,5 +136,92 @@ func TestReplicaOfAnAggregatedKeyIsChargedOnce(t *testing.T) {
 		if gotMid > othersMid+slack {
 			t.Errorf("%s charged %d while the dead owner was a member, the others consumed %d: want at most %d more", name, gotMid, othersMid, slack)
 		}
+	}
+}
+
+// An owner that is late (alive: its machine stalled) for longer than
+// ownerFailover rounds makes the key's aggregators fail over to the
+// replica. Their group counters reach the owner as well meanwhile (as a
+// user's counters do), and only the owner's answers acknowledge them: the
+// owner counts the groups' consumption of the failover too, every node is
+// charged what the others consumed (the failed-over aggregators charge the
+// larger of the owner's and the replica's accounts, ownerchargeonce.go),
+// and the owner's first answer after the stall ends the failover. Before,
+// a group counter went to the replica alone and the replica's answers
+// acknowledged it: the owner never counted the failover's consumption, and
+// every node was charged less than the others consumed (12 nodes, the
+// owner 60 rounds late: 2,728-2,904 for 3,212, admitting up to 484 tokens
+// more); an owner whose answers were lost (silent, not just late) heard no
+// group again, and the failover lasted its whole hold (ownerFailoverHold
+// rounds, about 10 s at 20 ms).
+func TestLateOwnerCountsTheFailedOverGroups(t *testing.T) {
+	const lateRounds = 150 // 3 s: longer than an active TTL, after which an owner answers no idle group
+	for _, tt := range []struct {
+		name    string
+		deliver bool // the owner's packets arrive late (else they are lost)
+	}{{"late", true}, {"silent", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			names := []string{"o", "r"}
+			for i := range 10 {
+				names = append(names, fmt.Sprintf("u%02d", i))
+			}
+			n := newFailoverNet(t, names...).withSends(4)
+			n.key = n.keyOwnedBy("o", "r")
+			k := [2]string{"api", n.key}
+			for range 100 {
+				n.round("", n.names...)
+			}
+			if n.nodes["o"].AggStats().Aggregated == 0 {
+				t.Fatal("the key is not aggregated: the test does not test aggregators")
+			}
+			// routing lists the aggregators whose group counters go to
+			// the replica now.
+			routing := func() []string {
+				var out []string
+				for _, name := range n.names {
+					s := n.nodes[name]
+					s.mu.Lock()
+					f, ok := s.owner.failover[k]
+					groups := 0
+					for gk, g := range s.owner.agg.groups {
+						if gk.rule == "api" && gk.key == n.key && g.o == s.owner.mine[gk] {
+							groups++
+						}
+					}
+					s.mu.Unlock()
+					if ok && f.ended == 0 && groups > 0 {
+						out = append(out, name)
+					}
+				}
+				return out
+			}
+			failedOver := 0
+			for range lateRounds {
+				n.round("o", n.names...)
+				failedOver = max(failedOver, len(routing()))
+			}
+			if failedOver == 0 {
+				t.Fatalf("no aggregator failed over with the owner %d rounds late: the test does not test it", lateRounds)
+			}
+			if tt.deliver {
+				n.release()
+			}
+			n.held = nil
+			for range 2 * ownerFailover {
+				n.round("", n.names...)
+			}
+			if r := routing(); len(r) > 0 {
+				t.Errorf("aggregators %v still send their groups to the replica %d rounds after the owner answers again (%d failed over)", r, 2*ownerFailover, failedOver)
+			}
+			for range 100 {
+				n.round("", n.names...)
+			}
+			slack := 3 * uint64(len(n.names)-1)
+			for _, c := range n.settledCharges(t) {
+				if c.charged > c.others+slack || c.charged+slack < c.others {
+					t.Errorf("%s charged %d for the %d tokens the others consumed; want within %d", c.name, c.charged, c.others, slack)
+				}
+			}
+		})
 	}
 }

@@ -97,17 +97,23 @@ func (s *Syncer) failoverMuteRounds() uint64 {
 // key was not failed over lately. Caller holds s.mu.
 func (s *Syncer) ackFromLocked(a ownerAnswer, sender, owner string) {
 	k := [2]string{a.rule, a.key}
-	f, ok := s.owner.failover[k]
-	switch {
-	case !ok || f.owner != owner:
-		s.ackLocked(a)
-	case sender == owner:
-		if f.ended == 0 {
-			f.ended = max(1, s.owner.round) // the owner lives: back to it
-			s.owner.failover[k] = f
-		}
+	if f, ok := s.owner.failover[k]; ok && f.owner == owner && sender == owner && f.ended == 0 {
+		f.ended = max(1, s.owner.round) // the owner lives: back to it
+		s.owner.failover[k] = f
+	}
+	if s.acksLocked(a.rule, a.key, sender, owner) {
 		s.ackLocked(a)
 	}
+}
+
+// acksLocked reports whether an answer of (rule, key) from sender, the
+// key's owner (owner) or replica, acknowledges what this node sent: the
+// owner's always, the replica's only when the key was not failed over
+// from owner lately (a failed-over aggregator's group counter too: the
+// owner counts it from what it acknowledged). Caller holds s.mu.
+func (s *Syncer) acksLocked(rule, key, sender, owner string) bool {
+	f, ok := s.owner.failover[[2]string{rule, key}]
+	return !ok || f.owner != owner || sender == owner
 }
 
 // ownNew returns what of this node's own counter c its aggregate sub has
