@@ -50,10 +50,13 @@ import (
 // memberlist declares the aggregator dead), resending what was not
 // acknowledged; the group counter, cumulative, is repeated until the owner
 // acknowledges it, and an aggregator whose owner does not answer fails
-// over to the replica as any user does (owner.go). Unacknowledged
-// consumption of a dead aggregator's group is resent by its users; what it
-// had forwarded and not acknowledged to them is counted twice (the cluster
-// admits less, by one interval of those users, never more).
+// over to the replica as any user does (owner.go; its group counter goes
+// to the owner too meanwhile, ownerfailover.go; the replica, itself a user
+// through an aggregator, is charged once, owneraggreplica.go).
+// Unacknowledged consumption of a dead aggregator's group is resent by its
+// users; what it had forwarded and not acknowledged to them is counted
+// twice (the cluster admits less, by one interval of those users, never
+// more).
 //
 // Trust: the owner counts a group counter only from a member (sender
 // guard, stamps), for a key it owns or replicates, from a member its own

@@ -11,35 +11,41 @@ import "time"
 // member does, through its own aggregator, whose group fails over to the
 // replica too: that aggregator's view of the others then comes from the
 // replica's answers, and it tells the replica what the replica itself
-// counted and was charged already. The replica was charged the failover
-// twice until memberlist declared the owner dead and the ring made it the
-// owner (300 simulated nodes, 1% churn a minute: the replica ended 1,050
-// tokens over what the others admitted; 12 bare syncers with the owner
-// dead for 200 rounds: 4,199 charged for the others' 2,000,
+// counted and was charged already; and that aggregator's group counter
+// carries the replica's own consumption and what the aggregator told it of
+// its group. The replica was charged the failover twice until memberlist
+// declared the owner dead and the ring made it the owner (300 simulated
+// nodes, the owner killed at 5 s: the replica ended 550 tokens over what
+// the others admitted, and, owner then, told every node its balance: the
+// cluster admitted 75.7% of the limit; 12 bare syncers with the owner dead
+// for 200 rounds: 4,199 charged for the others' 2,000,
 // TestReplicaOfAnAggregatedKeyIsChargedOnce).
 //
-// So the replica pairs the two, as a node that failed a key over pairs its
-// owner's and replica's answers (ownerchargeonce.go): from its first
-// charge for what its aggregate counted of a key it hears through an
-// aggregator, it is charged the larger of what it counted and what that
-// aggregator's answers carry, not their sum, for as long as the
-// aggregator's group is counted here (its answers echo this node's
-// counting then). A pair never charges less than either side reports: a
-// lying aggregator gains nothing, and a lying group counter moves what
-// this node counted, bounded as always (groupCountLocked). An aggregator
-// whose group is not counted here (it still reaches the owner, or the
-// replica is an earlier owner after a membership change and the
-// aggregator is on the new ring) tells another account: its answers are
-// charged whole. The pair ends once this node has counted nothing of the
-// key for an active TTL, or the ring makes it the owner (it then takes no
-// aggregator's answers, aggOwnedHereLocked).
+// So, while a replica hears a key through an aggregator (it took an answer
+// from it within an active TTL):
+//   - its aggregator's group counters charge it nothing: they hold its own
+//     consumption and its group's, which the aggregator's answers tell it
+//     (as they do at any time);
+//   - the rest it counts (other groups, failed-over users) pairs with that
+//     aggregator's answers, as a node that failed a key over pairs its
+//     owner's and replica's answers (ownerchargeonce.go): from its first
+//     charge for what it counted, it is charged the larger of what it
+//     counted and what the aggregator's answers carry, not their sum, for
+//     as long as the aggregator's group is counted here (its answers echo
+//     this node's counting then). An aggregator whose group is not counted
+//     here (it still reaches the owner, or the replica is an earlier owner
+//     after a membership change and the aggregator is on the new ring)
+//     tells another account: its answers are charged whole.
 //
-// What is left: this node's own consumption reaches its aggregate through
-// its aggregator's group counter and is charged here once more (it admits
-// less, by its own share of the failover); and an aggregator's answers
-// taken before its group's first counter reached here carry that group's
-// consumption since the owner died, which its first counter here carries
-// again (a few rounds of one group: admits less, by that).
+// A pair never charges less than what this node counted (a lying
+// aggregator gains nothing by telling less; a lying group counter moves
+// what it counts, bounded as always, groupCountLocked); what its own
+// aggregator's group consumed reaches it through that aggregator's
+// answers alone, as it does outside a failover (a lying aggregator makes
+// its users admit more, by its group's consumption, whatever happens). The
+// pair ends once this node has counted nothing of the key for an active
+// TTL, or the ring makes it the owner (it then takes no aggregator's
+// answers, aggOwnedHereLocked), or it stops hearing that aggregator.
 
 // echoPairs holds, per key this node replicates and hears through an
 // aggregator, what it counted and what the aggregator's answers told

@@ -25,7 +25,15 @@ package gossip
 //     (failoverMuteRounds after the failover ends): a counter's prev stays
 //     what the owner acknowledged, and the owner counts from there;
 //   - an answer from the owner ends the failover at once: a late owner is
-//     back as soon as one of its answers arrives.
+//     back as soon as one of its answers arrives;
+//   - the same holds for an aggregator's group counter (owneragg.go,
+//     writeGroupCounterLocked and aggHeardLocked): before, it went to the
+//     replica alone and the replica's answers acknowledged it, so a late
+//     owner never counted the groups' consumption of the failover (12
+//     nodes, the owner 150 rounds late: each charged 2,874-3,264 tokens
+//     of the others' 4,202, TestLateOwnerCountsTheFailedOverGroups), and
+//     an owner silent longer than an active TTL answered no group again:
+//     the failover lasted its whole hold.
 //
 // The price: what a failed-over node consumes is counted at both
 // aggregates; the nodes that hear both charge the larger of the two
