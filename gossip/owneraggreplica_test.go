@@ -3,6 +3,7 @@ package gossip
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -220,6 +221,108 @@ func TestLateOwnerCountsTheFailedOverGroups(t *testing.T) {
 			for _, c := range n.settledCharges(t) {
 				if c.charged > c.others+slack || c.charged+slack < c.others {
 					t.Errorf("%s charged %d for the %d tokens the others consumed; want within %d", c.name, c.charged, c.others, slack)
+				}
+			}
+		})
+	}
+}
+
+// A replica that hears a key through aggregator A charges, while A's group
+// is counted in its aggregate, the larger of what it counts of the others
+// and what A's answers tell, not their sum, and nothing of A's own group
+// counters (A's answers tell it that group; the rest is its own): a lying
+// A that tells less gains nothing, one that tells more is charged as
+// before. A's answers while its group is not counted here are another
+// account, charged whole; a pair idle for an active TTL ends.
+func TestEchoPairChargesTheLarger(t *testing.T) {
+	type step struct {
+		op     string // "count" (from origin), "told" (an answer of A), "stale" (A's group not heard lately), "wait"
+		origin string
+		tokens uint64
+		want   uint64
+	}
+	const a, b = "m001", "m002" // the replica's aggregator, another aggregator
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"an honest aggregator echoes what the replica counted: charged once", []step{
+			{op: "count", origin: b, tokens: 50, want: 50},
+			{op: "told", tokens: 30, want: 0},
+			{op: "told", tokens: 25, want: 5}, // its own group's 5
+			{op: "count", origin: b, tokens: 10, want: 5},
+			{op: "told", tokens: 10, want: 5}, // 65 in all: the others' 60 and the group's 5
+		}},
+		{"its aggregator's group counter charges nothing", []step{
+			{op: "count", origin: a, tokens: 40, want: 0},
+			{op: "told", tokens: 40, want: 40},
+		}},
+		{"an aggregator that tells less gains nothing", []step{
+			{op: "count", origin: b, tokens: 100, want: 100},
+			{op: "told", tokens: 1, want: 0},
+			{op: "count", origin: b, tokens: 20, want: 20},
+		}},
+		{"an aggregator that tells more is charged", []step{
+			{op: "count", origin: b, tokens: 10, want: 10},
+			{op: "told", tokens: 300, want: 290},
+		}},
+		{"an aggregator whose group is not counted here tells another account", []step{
+			{op: "count", origin: b, tokens: 50, want: 50},
+			{op: "stale"},
+			{op: "told", tokens: 30, want: 30},
+		}},
+		{"a pair idle for an active TTL ends", []step{
+			{op: "count", origin: b, tokens: 50, want: 50},
+			{op: "wait"},
+			{op: "told", tokens: 30, want: 30},
+			{op: "count", origin: b, tokens: 5, want: 5},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newAggSyncer("m000", 20)
+			clock := time.Unix(1_800_000_000, 0)
+			s.now = func() time.Time { return clock }
+			s.born = clock.Add(-time.Minute)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.refreshRingLocked()
+			key := ""
+			for i := range 10000 {
+				k := fmt.Sprint("k", i)
+				if owner, replica := s.owner.ring.owners("api", k); replica == s.self && owner != a && owner != b {
+					key = k
+					break
+				}
+			}
+			if key == "" {
+				t.Fatal("no key this node replicates")
+			}
+			k := aggKey{"api", key, 0}
+			now := s.sinceBorn()
+			s.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: now, heardFrom: a}}
+			s.owner.heard = map[aggKey]*heardKey{k: {slots: [2]heardSlot{{owner: a, gen: 1, at: now}}}}
+			o := s.aggregateFor(k)
+			o.subs[aggGroupPrefix+a] = &ownerSub{agg: &aggSub{group: true, heard: now}}
+			for i, st := range tt.steps {
+				var got uint64
+				switch st.op {
+				case "count":
+					got = s.countedChargeLocked(k, st.origin, st.tokens, now)
+				case "told":
+					s.owner.heard[k].slots[0].at = now
+					got = s.echoChargeLocked(k, a, st.tokens, now)
+				case "stale":
+					o.subs[aggGroupPrefix+a].agg.heard = now - s.activeTTL() - time.Millisecond
+					continue
+				case "wait":
+					now += s.activeTTL() + time.Millisecond
+					s.owner.heard[k].slots[0].at = now
+					o.subs[aggGroupPrefix+a].agg.heard = now
+					continue
+				}
+				if got != st.want {
+					t.Errorf("step %d (%s %d): charged %d, want %d", i, st.op, st.tokens, got, st.want)
 				}
 			}
 		})
