@@ -918,7 +918,14 @@ func (s *Syncer) receiveNotice(b []byte) error {
 			st.hot[k] = u
 		}
 		if g := st.groups[aggKey{n.rule, n.key, 0}]; g != nil && g.upSet {
-			continue // its group's numbering is the owner's already
+			// Its group's numbering is the owner's already: no base (one
+			// left set, at 0, made a later first answer on the aggregated
+			// path, its slot lost, start from 0 and charge the key's
+			// history: TestNoticeToAnAggregatorSetsNoBase).
+			if u != nil {
+				u.baseSet = false
+			}
+			continue
 		}
 		if u != nil && u.baseSet {
 			u.base = n.total

@@ -314,6 +314,49 @@ func TestNoticeAcknowledgesWhatTheOwnerCounted(t *testing.T) {
 	}
 }
 
+// A notice to a node whose group already counts in the owner's numbering
+// (it aggregates the key, and the owner answered its group) leaves no base
+// for the aggregated path's first answer: one left set, at 0, made the
+// owner's next answer to the group whose slot this node had lost (three
+// subscriptions of the key, two slots, during a failover) start from 0 and
+// charge the key's whole history (100 simulated nodes, the owner silent
+// 4 s: an aggregator charged 562 tokens too many, its 8 users 552-559 over
+// what the others admitted).
+func TestNoticeToAnAggregatorSetsNoBase(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	s.mu.Lock()
+	s.refreshRingLocked()
+	owner, _ := s.owner.ring.owners("api", "k")
+	k := aggKey{"api", "k", 0}
+	g := s.aggGroupLocked(k, s.sinceBorn())
+	g.upSet, g.up = true, 900
+	s.mu.Unlock()
+
+	o, _ := newAggSyncer(owner, 20)
+	o.mu.Lock()
+	o.aggregateFor(k)
+	o.aggregateLocked(false, Allowance{}, "m000", Counter{Rule: "api", Key: "k", Epoch: 4, Prev: 2, Used: 8}, time.Second, time.Second)
+	o.aggNoticeLocked("m000", k)
+	var notices [][]byte
+	o.aggNoticesLocked(uint64(o.clock().UnixNano()), func(_ string, ps [][]byte, _ []int) { notices = append(notices, ps...) })
+	o.mu.Unlock()
+	if len(notices) != 1 {
+		t.Fatalf("%d notices", len(notices))
+	}
+	if err := s.receiveNotice(notices[0]); err != nil {
+		t.Fatalf("receiving the notice: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u := s.owner.agg.hot[[2]string{"api", "k"}]; u == nil || u.baseSet {
+		t.Fatalf("after the notice: %+v, want a key routed through aggregators with no base", u)
+	}
+	a := s.aggFirstLocked(owner, ownerAnswer{rule: "api", key: "k", gen: 7, prev: 950, others: 960, ackEpoch: g.epoch}, true)
+	if a.prev != 950 {
+		t.Fatalf("the owner's answer to the group on a lost slot: prev %d, want the owner's 950 (charged 10, not %d)", a.prev, a.others-a.prev)
+	}
+}
+
 // FuzzDecodeAggMessages: notices and counters to aggregators and owners
 // from peers never panic or allocate beyond what their bytes hold, and a
 // notice that decodes re-encodes to an equal one.
