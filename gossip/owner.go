@@ -793,6 +793,9 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}
 		tokens := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
+		if fromOwner && s.aggOwnAnswerLocked(a) {
+			tokens = 0 // an aggregator hears the key through its group's answers (owneragg.go)
+		}
 		if fromOwner {
 			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now) // ownerchargeonce.go
 		} else {

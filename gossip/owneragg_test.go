@@ -357,6 +357,51 @@ func TestNoticeToAnAggregatorSetsNoBase(t *testing.T) {
 	}
 }
 
+// An answer of the owner (or replica) to an aggregator's own counter
+// charges it nothing while it aggregates the key: it hears the key through
+// its group's answers (the owner only acknowledges its own counters). A
+// replica answered an aggregator's own counter with the whole failover
+// once its group stopped sending there: 415 tokens charged again, and as
+// many of the owner's answers to the group swallowed by the charge-once
+// pair (100 simulated nodes, the owner silent 4 s). The group's answers
+// are charged as before.
+func TestAggregatorsOwnCounterAnswerChargesNothing(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	clock := time.Unix(1_800_000_000, 0)
+	s.now = func() time.Time { return clock }
+	s.born = clock.Add(-time.Minute)
+	s.mu.Lock()
+	s.refreshRingLocked()
+	owner, _ := s.owner.ring.owners("api", "k")
+	g := s.aggGroupLocked(aggKey{"api", "k", 0}, s.sinceBorn())
+	g.upSet, g.up = true, 100
+	s.mu.Unlock()
+	for _, tc := range []struct {
+		what     string
+		ackEpoch uint64
+		gen      uint64
+		want     uint64
+	}{
+		{"an answer to its own counter", 5, 7, 0},
+		{"an answer to its group", g.epoch, 8, 415},
+	} {
+		clock = clock.Add(s.cfg.GossipInterval)
+		w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
+		w.add(ownerAnswer{rule: "api", key: "k", gen: tc.gen, prev: 0, others: 415, ackEpoch: tc.ackEpoch})
+		charges, err := s.receiveAnswer(w.packets()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got uint64
+		for _, c := range charges {
+			got += c.tokens
+		}
+		if got != tc.want {
+			t.Errorf("%s: charged %d, want %d", tc.what, got, tc.want)
+		}
+	}
+}
+
 // FuzzDecodeAggMessages: notices and counters to aggregators and owners
 // from peers never panic or allocate beyond what their bytes hold, and a
 // notice that decodes re-encodes to an equal one.
