@@ -728,7 +728,8 @@ func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration,
 // replica, answers this node's own counter while it aggregates the key:
 // it hears the key through its group's answers then, and the owner only
 // acknowledges its own counters (aggOthersLocked), so such an answer
-// charges nothing. A replica answers them with the whole of its others
+// charges nothing once the owner answered the group (before, its own
+// counter's answers are its view). A replica answers them with the whole of its others
 // once the group stops sending to it (a failover ended): charged, that
 // was the failover once more, and it then swallowed as much of the
 // owner's answers to the group (ownerchargeonce.go: 100 simulated nodes,
@@ -738,7 +739,7 @@ func (s *Syncer) aggHeardLocked(a ownerAnswer, tokens uint64, now time.Duration,
 func (s *Syncer) aggOwnAnswerLocked(a ownerAnswer) bool {
 	k := aggKey{a.rule, a.key, a.window}
 	g := s.owner.agg.groups[k]
-	return g != nil && g.o == s.owner.mine[k] && a.ackEpoch != g.epoch
+	return g != nil && g.o == s.owner.mine[k] && g.upSet && a.ackEpoch != g.epoch
 }
 
 // aggViewUsersLocked is the users count the answers of aggregate k (o)
