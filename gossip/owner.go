@@ -182,6 +182,10 @@ type heardSlot struct {
 	// then charges nothing (this node knew what lies below start).
 	first uint64
 	at    time.Duration
+	// own marks answers to this node's own counter while it aggregates the
+	// key (aggOwnAnswerLocked): they charge nothing, and they give way to
+	// its group's (owneragg.go, aggHeardSlot).
+	own bool
 }
 
 // ownerState is a syncer's owner-mode state; under Syncer.mu.
@@ -843,11 +847,12 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now tim
 	elapsed := firstSlack
 	urgent := false
 	if slot == nil {
-		i := 0
-		if h.slots[1].at < h.slots[0].at {
-			i = 1
+		own := s.aggOwnAnswerLocked(a)
+		i, ok := aggHeardSlot(h, own) // owneragg.go
+		if !ok {
+			return 0
 		}
-		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, first: first, at: now}
+		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, first: first, at: now, own: own}
 		slot = &h.slots[i]
 		urgent = true
 	} else {

@@ -402,6 +402,38 @@ func TestAggregatorsOwnCounterAnswerChargesNothing(t *testing.T) {
 	}
 }
 
+// An aggregator's group subscriptions keep their heard slots: a new
+// subscription takes the slot of an answer to its own counter, and a new
+// answer to its own counter takes no slot while both hold group
+// subscriptions (the owner's group slot, the oldest while the owner is
+// silent, was taken, and the silence was never charged from the owner).
+// Without own answers, the older slot as before.
+func TestAggregatorKeepsItsGroupsHeardSlots(t *testing.T) {
+	slot := func(owner string, at time.Duration, own bool) heardSlot {
+		return heardSlot{owner: owner, at: at, own: own}
+	}
+	for _, tc := range []struct {
+		name   string
+		slots  [2]heardSlot
+		own    bool
+		want   int
+		wantOK bool
+	}{
+		{"no own answers: the older", [2]heardSlot{slot("o", 5, false), slot("r", 3, false)}, false, 1, true},
+		{"an empty slot first", [2]heardSlot{slot("o", 5, false), {}}, true, 1, true},
+		{"a group's answer takes an own one's slot", [2]heardSlot{slot("o", 1, false), slot("r", 9, true)}, false, 1, true},
+		{"an own answer takes no group's slot", [2]heardSlot{slot("o", 1, false), slot("r", 9, false)}, true, 0, false},
+		{"an own answer takes the own slot", [2]heardSlot{slot("o", 1, true), slot("r", 9, false)}, true, 0, true},
+		{"an own answer takes the own slot, even the newer", [2]heardSlot{slot("o", 1, false), slot("r", 9, true)}, true, 1, true},
+		{"both own: the older", [2]heardSlot{slot("o", 4, true), slot("r", 2, true)}, true, 1, true},
+	} {
+		h := &heardKey{slots: tc.slots}
+		if got, ok := aggHeardSlot(h, tc.own); got != tc.want || ok != tc.wantOK {
+			t.Errorf("%s: slot %d (%v), want %d (%v)", tc.name, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
+
 // FuzzDecodeAggMessages: notices and counters to aggregators and owners
 // from peers never panic or allocate beyond what their bytes hold, and a
 // notice that decodes re-encodes to an equal one.
