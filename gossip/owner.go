@@ -182,6 +182,10 @@ type heardSlot struct {
 	// then charges nothing (this node knew what lies below start).
 	first uint64
 	at    time.Duration
+	// own marks answers to this node's own counter while it aggregates the
+	// key (aggOwnAnswerLocked): they charge nothing, and they give way to
+	// its group's (owneragg.go, aggHeardSlot).
+	own bool
 }
 
 // ownerState is a syncer's owner-mode state; under Syncer.mu.
@@ -740,7 +744,7 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 		if !ok {
 			return
 		}
-		if tokens := s.replicaChargeLocked(c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), in.now); tokens > 0 { // ownerchargeonce.go
+		if tokens := s.replicaChargeLocked(origin, c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), in.now); tokens > 0 { // ownerchargeonce.go
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})
@@ -793,10 +797,15 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}
 		tokens, below := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
+		if fromOwner && s.aggOwnAnswerLocked(a) {
+			tokens = 0 // an aggregator hears the key through its group's answers (owneragg.go)
+		}
 		if fromOwner {
 			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now) // ownerchargeonce.go
+		} else {
+			tokens = s.echoChargeLocked(aggKey{a.rule, a.key, a.window}, sender, tokens, now) // owneraggreplica.go
 		}
-		group := fromOwner && s.aggHeardLocked(sender, a, tokens, min(below, tokens), now) // owneragg.go
+		group := fromOwner && s.aggHeardLocked(sender, a, tokens, min(below, tokens), now, s.acksLocked(a.rule, a.key, sender, owner)) // owneragg.go
 		if tokens > 0 {
 			charges = append(charges, charge{a.rule, a.key, a.window, tokens})
 		}
@@ -840,11 +849,12 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now tim
 	elapsed := firstSlack
 	urgent := false
 	if slot == nil {
-		i := 0
-		if h.slots[1].at < h.slots[0].at {
-			i = 1
+		own := s.aggOwnAnswerLocked(a)
+		i, ok := aggHeardSlot(h, own) // owneragg.go
+		if !ok {
+			return 0, 0
 		}
-		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, first: first, at: now}
+		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, first: first, at: now, own: own}
 		slot = &h.slots[i]
 		urgent = true
 	} else {

@@ -314,6 +314,126 @@ func TestNoticeAcknowledgesWhatTheOwnerCounted(t *testing.T) {
 	}
 }
 
+// A notice to a node whose group already counts in the owner's numbering
+// (it aggregates the key, and the owner answered its group) leaves no base
+// for the aggregated path's first answer: one left set, at 0, made the
+// owner's next answer to the group whose slot this node had lost (three
+// subscriptions of the key, two slots, during a failover) start from 0 and
+// charge the key's whole history (100 simulated nodes, the owner silent
+// 4 s: an aggregator charged 562 tokens too many, its 8 users 552-559 over
+// what the others admitted).
+func TestNoticeToAnAggregatorSetsNoBase(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	s.mu.Lock()
+	s.refreshRingLocked()
+	owner, _ := s.owner.ring.owners("api", "k")
+	k := aggKey{"api", "k", 0}
+	g := s.aggGroupLocked(k, s.sinceBorn())
+	g.upSet, g.up = true, 900
+	s.mu.Unlock()
+
+	o, _ := newAggSyncer(owner, 20)
+	o.mu.Lock()
+	o.aggregateFor(k)
+	o.aggregateLocked(false, Allowance{}, "m000", Counter{Rule: "api", Key: "k", Epoch: 4, Prev: 2, Used: 8}, time.Second, time.Second)
+	o.aggNoticeLocked("m000", k)
+	var notices [][]byte
+	o.aggNoticesLocked(uint64(o.clock().UnixNano()), func(_ string, ps [][]byte, _ []int) { notices = append(notices, ps...) })
+	o.mu.Unlock()
+	if len(notices) != 1 {
+		t.Fatalf("%d notices", len(notices))
+	}
+	if err := s.receiveNotice(notices[0]); err != nil {
+		t.Fatalf("receiving the notice: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u := s.owner.agg.hot[[2]string{"api", "k"}]; u == nil || u.baseSet {
+		t.Fatalf("after the notice: %+v, want a key routed through aggregators with no base", u)
+	}
+	a := s.aggFirstLocked(owner, ownerAnswer{rule: "api", key: "k", gen: 7, prev: 950, others: 960, ackEpoch: g.epoch}, true)
+	if a.prev != 950 {
+		t.Fatalf("the owner's answer to the group on a lost slot: prev %d, want the owner's 950 (charged 10, not %d)", a.prev, a.others-a.prev)
+	}
+}
+
+// An answer of the owner (or replica) to an aggregator's own counter
+// charges it nothing while it aggregates the key: it hears the key through
+// its group's answers (the owner only acknowledges its own counters). A
+// replica answered an aggregator's own counter with the whole failover
+// once its group stopped sending there: 415 tokens charged again, and as
+// many of the owner's answers to the group swallowed by the charge-once
+// pair (100 simulated nodes, the owner silent 4 s). The group's answers
+// are charged as before.
+func TestAggregatorsOwnCounterAnswerChargesNothing(t *testing.T) {
+	s, _ := newAggSyncer("m000", 20)
+	clock := time.Unix(1_800_000_000, 0)
+	s.now = func() time.Time { return clock }
+	s.born = clock.Add(-time.Minute)
+	s.mu.Lock()
+	s.refreshRingLocked()
+	owner, _ := s.owner.ring.owners("api", "k")
+	g := s.aggGroupLocked(aggKey{"api", "k", 0}, s.sinceBorn())
+	g.upSet, g.up = true, 100
+	s.mu.Unlock()
+	for _, tc := range []struct {
+		what     string
+		ackEpoch uint64
+		gen      uint64
+		want     uint64
+	}{
+		{"an answer to its own counter", 5, 7, 0},
+		{"an answer to its group", g.epoch, 8, 415},
+	} {
+		clock = clock.Add(s.cfg.GossipInterval)
+		w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
+		w.add(ownerAnswer{rule: "api", key: "k", gen: tc.gen, prev: 0, others: 415, ackEpoch: tc.ackEpoch})
+		charges, err := s.receiveAnswer(w.packets()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got uint64
+		for _, c := range charges {
+			got += c.tokens
+		}
+		if got != tc.want {
+			t.Errorf("%s: charged %d, want %d", tc.what, got, tc.want)
+		}
+	}
+}
+
+// An aggregator's group subscriptions keep their heard slots: a new
+// subscription takes the slot of an answer to its own counter, and a new
+// answer to its own counter takes no slot while both hold group
+// subscriptions (the owner's group slot, the oldest while the owner is
+// silent, was taken, and the silence was never charged from the owner).
+// Without own answers, the older slot as before.
+func TestAggregatorKeepsItsGroupsHeardSlots(t *testing.T) {
+	slot := func(owner string, at time.Duration, own bool) heardSlot {
+		return heardSlot{owner: owner, at: at, own: own}
+	}
+	for _, tc := range []struct {
+		name   string
+		slots  [2]heardSlot
+		own    bool
+		want   int
+		wantOK bool
+	}{
+		{"no own answers: the older", [2]heardSlot{slot("o", 5, false), slot("r", 3, false)}, false, 1, true},
+		{"an empty slot first", [2]heardSlot{slot("o", 5, false), {}}, true, 1, true},
+		{"a group's answer takes an own one's slot", [2]heardSlot{slot("o", 1, false), slot("r", 9, true)}, false, 1, true},
+		{"an own answer takes no group's slot", [2]heardSlot{slot("o", 1, false), slot("r", 9, false)}, true, 0, false},
+		{"an own answer takes the own slot", [2]heardSlot{slot("o", 1, true), slot("r", 9, false)}, true, 0, true},
+		{"an own answer takes the own slot, even the newer", [2]heardSlot{slot("o", 1, false), slot("r", 9, true)}, true, 1, true},
+		{"both own: the older", [2]heardSlot{slot("o", 4, true), slot("r", 2, true)}, true, 1, true},
+	} {
+		h := &heardKey{slots: tc.slots}
+		if got, ok := aggHeardSlot(h, tc.own); got != tc.want || ok != tc.wantOK {
+			t.Errorf("%s: slot %d (%v), want %d (%v)", tc.name, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
+
 // FuzzDecodeAggMessages: notices and counters to aggregators and owners
 // from peers never panic or allocate beyond what their bytes hold, and a
 // notice that decodes re-encodes to an equal one.

@@ -136,7 +136,7 @@ func (s *Syncer) receiveAggGroup(b []byte) ([]charge, error) {
 		if !ok {
 			return
 		}
-		if tokens > 0 {
+		if tokens = s.countedChargeLocked(k, origin, tokens, in.now); tokens > 0 { // owneraggreplica.go
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 		s.answerGroupsLocked(k, aggGroupPrefix+origin, in.now, in.nowNanos, writers)

@@ -44,13 +44,16 @@ import "time"
 // aggregate of c's key charges it when it is the key's replica: the
 // failed-over nodes' counters, which the owner counts too and charges it
 // in its answers. Caller holds s.mu.
-func (s *Syncer) replicaChargeLocked(c Counter, tokens uint64, now time.Duration) uint64 {
+func (s *Syncer) replicaChargeLocked(origin string, c Counter, tokens uint64, now time.Duration) uint64 {
 	if tokens == 0 {
 		return 0
 	}
 	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
 	if replica != s.self || owner == s.self {
 		return tokens
+	}
+	if k := (aggKey{c.Rule, c.Key, c.Window}); s.aggEchoLocked(k, now) != "" {
+		return s.countedChargeLocked(k, origin, tokens, now) // it hears the key through an aggregator (owneraggreplica.go)
 	}
 	return s.chargeOnceLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, tokens, now)
 }
@@ -92,6 +95,7 @@ func (s *Syncer) failingOverLocked(k aggKey, owner string) bool {
 type chargePairs struct {
 	m     map[aggKey]*chargePair
 	swept time.Duration // since born
+	echo  echoPairs     // the replica's counting and its aggregator's answers (owneraggreplica.go)
 }
 
 // chargePair is what two senders' answers of one key charged since the

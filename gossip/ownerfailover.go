@@ -25,7 +25,15 @@ package gossip
 //     (failoverMuteRounds after the failover ends): a counter's prev stays
 //     what the owner acknowledged, and the owner counts from there;
 //   - an answer from the owner ends the failover at once: a late owner is
-//     back as soon as one of its answers arrives.
+//     back as soon as one of its answers arrives;
+//   - the same holds for an aggregator's group counter (owneragg.go,
+//     writeGroupCounterLocked and aggHeardLocked): before, it went to the
+//     replica alone and the replica's answers acknowledged it, so a late
+//     owner never counted the groups' consumption of the failover (12
+//     nodes, the owner 150 rounds late: each charged 2,874-3,264 tokens
+//     of the others' 4,202, TestLateOwnerCountsTheFailedOverGroups), and
+//     an owner silent longer than an active TTL answered no group again:
+//     the failover lasted its whole hold.
 //
 // The price: what a failed-over node consumes is counted at both
 // aggregates; the nodes that hear both charge the larger of the two
@@ -97,17 +105,23 @@ func (s *Syncer) failoverMuteRounds() uint64 {
 // key was not failed over lately. Caller holds s.mu.
 func (s *Syncer) ackFromLocked(a ownerAnswer, sender, owner string) {
 	k := [2]string{a.rule, a.key}
-	f, ok := s.owner.failover[k]
-	switch {
-	case !ok || f.owner != owner:
-		s.ackLocked(a)
-	case sender == owner:
-		if f.ended == 0 {
-			f.ended = max(1, s.owner.round) // the owner lives: back to it
-			s.owner.failover[k] = f
-		}
+	if f, ok := s.owner.failover[k]; ok && f.owner == owner && sender == owner && f.ended == 0 {
+		f.ended = max(1, s.owner.round) // the owner lives: back to it
+		s.owner.failover[k] = f
+	}
+	if s.acksLocked(a.rule, a.key, sender, owner) {
 		s.ackLocked(a)
 	}
+}
+
+// acksLocked reports whether an answer of (rule, key) from sender, the
+// key's owner (owner) or replica, acknowledges what this node sent: the
+// owner's always, the replica's only when the key was not failed over
+// from owner lately (a failed-over aggregator's group counter too: the
+// owner counts it from what it acknowledged). Caller holds s.mu.
+func (s *Syncer) acksLocked(rule, key, sender, owner string) bool {
+	f, ok := s.owner.failover[[2]string{rule, key}]
+	return !ok || f.owner != owner || sender == owner
 }
 
 // ownNew returns what of this node's own counter c its aggregate sub has

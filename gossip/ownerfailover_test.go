@@ -19,6 +19,12 @@ type failoverNet struct {
 	used    map[string]uint64
 	held    [][2]any        // [to, packet] of the slowed node, in order
 	dead    map[string]bool // runs no round, hears nothing
+	// sent holds [to, packet] that nodes sent outside their rounds (an
+	// aggregator's answers and forwards as packets arrive), when the net
+	// gives its nodes a membership (withSends); delivered after each
+	// delivery.
+	sent    [][3]any
+	slowing string // the node slowed in this round: what it sends outside rounds is held too
 }
 
 func newFailoverNet(t *testing.T, names ...string) *failoverNet {
@@ -57,6 +63,7 @@ func (n *failoverNet) keyOwnedBy(owner, replica string) string {
 // delivered at once unless it is slow.
 func (n *failoverNet) round(slow string, consumers ...string) {
 	n.now = n.now.Add(20 * time.Millisecond)
+	n.slowing = slow
 	for _, c := range consumers {
 		n.used[c]++
 		n.ledgers[c].add(Counter{Rule: "api", Key: n.key, Epoch: 1, Used: n.used[c], Prev: n.used[c] - 1})
@@ -84,6 +91,7 @@ func (n *failoverNet) round(slow string, consumers ...string) {
 					continue
 				}
 				n.nodes[o.to.Name].receive(p)
+				n.deliverSent()
 			}
 		}
 	}
@@ -91,10 +99,12 @@ func (n *failoverNet) round(slow string, consumers ...string) {
 
 // release delivers the slowed node's held packets, late.
 func (n *failoverNet) release() {
-	for _, h := range n.held {
+	held := n.held
+	n.held, n.slowing = nil, ""
+	for _, h := range held {
 		n.nodes[h[0].(string)].receive(h[1].([]byte))
+		n.deliverSent()
 	}
-	n.held = nil
 }
 
 // An owner that is alive but answers late, for longer than ownerFailover
