@@ -88,7 +88,9 @@ func TestNoIsolationEstimatesFromTheRun(t *testing.T) {
 // pkt/s/node (received), and x<first size> (the CPU against the first
 // size's). Sizes: SLUICE_SIM_BENCH_NODES (default 50,300,1000), simulated
 // seconds SLUICE_SIM_BENCH_SECONDS (default 2, as the spread table's runs
-// from 100 nodes).
+// from 100 nodes). SLUICE_SIM_BENCH_RUNS names a directory where the runs
+// are saved and, when saved before, loaded from instead of simulated
+// (isolatesave_test.go).
 //
 //	go test -run '^$' -bench BenchmarkIsolatedSyncer -benchtime 20x ./testcluster/sim
 func BenchmarkIsolatedSyncer(b *testing.B) {
@@ -118,12 +120,8 @@ func BenchmarkIsolatedSyncer(b *testing.B) {
 	}
 	runs := make([]*size, len(sizes))
 	for i, n := range sizes {
-		s, err := New(Config{Nodes: n, Duration: time.Duration(secs * float64(time.Second)), Seed: 1, Scenario: Spread,
+		s := recordedRun(b, os.Getenv("SLUICE_SIM_BENCH_RUNS"), Config{Nodes: n, Duration: time.Duration(secs * float64(time.Second)), Seed: 1, Scenario: Spread,
 			GossipMode: "owner", FirstShare: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Run()
 		runs[i] = &size{s: s}
 	}
 	for b.Loop() {
