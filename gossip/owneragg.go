@@ -1,10 +1,8 @@
 package gossip
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 )
@@ -237,7 +235,7 @@ func (r *ownerRing) aggregatorAt(kh uint64, i int, owner, replica string) string
 		return ""
 	}
 	h := mix64(kh ^ (uint64(i)+1)*0x9e3779b97f4a7c15)
-	at, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.hash, h) })
+	at := r.search(h) // ownerringindex.go
 	for j := range len(r.points) {
 		if name := r.names[r.points[(at+j)%len(r.points)].node]; name != owner && name != replica {
 			return name

@@ -42,6 +42,7 @@ func (r *ownerRing) with(name string, add bool) *ownerRing {
 			}
 			out.points = append(out.points, p)
 		}
+		out.indexPoints()
 		return out
 	}
 	out.names = slices.Insert(slices.Clone(r.names), pos, name)
@@ -69,6 +70,7 @@ func (r *ownerRing) with(name string, add bool) *ownerRing {
 	for _, p := range r.points[from:] {
 		out.points = append(out.points, shifted(p))
 	}
+	out.indexPoints()
 	return out
 }
 
