@@ -224,8 +224,12 @@ func aggFanIn(n int) int {
 // aggSlot is member name's slot among the k aggregators of the key of hash
 // kh (k a power of two).
 func aggSlot(kh uint64, name string, k int) int {
-	return int(mix64(kh^fnvAdd(fnvOffset, name)) & uint64(k-1))
+	return aggSlotOf(kh, fnvAdd(fnvOffset, name), k)
 }
+
+// aggSlotOf is aggSlot of the member whose name hashes to nh
+// (fnvAdd(fnvOffset, name): ownerRing.nameHashes).
+func aggSlotOf(kh, nh uint64, k int) int { return int(mix64(kh^nh) & uint64(k-1)) }
 
 // aggregatorAt returns slot i's aggregator of the key of hash kh: the first
 // member at or after the slot's point that is neither owner nor replica;

@@ -29,8 +29,10 @@ const ringVnodes = 64
 type ownerRing struct {
 	points []ringPoint
 	names  []string // distinct members, for counting
-	index  []uint32 // the first point of each slice of the hash space (ownerringindex.go)
-	shift  uint     // a hash's slice is hash >> shift
+	// nameHashes are the names' FNV-1a hashes, as aggSlot hashes them.
+	nameHashes []uint64
+	index      []uint32 // the first point of each slice of the hash space (ownerringindex.go)
+	shift      uint     // a hash's slice is hash >> shift
 }
 
 type ringPoint struct {
@@ -94,7 +96,16 @@ func newOwnerRing(names []string) *ownerRing {
 		return cmp.Compare(a.node, b.node)
 	})
 	r.indexPoints()
+	r.hashNames()
 	return r
+}
+
+// hashNames sets r.nameHashes from r.names.
+func (r *ownerRing) hashNames() {
+	r.nameHashes = make([]uint64, len(r.names))
+	for i, name := range r.names {
+		r.nameHashes[i] = fnvAdd(fnvOffset, name)
+	}
 }
 
 // size is the number of members on the ring.
