@@ -39,6 +39,7 @@ func (s *Syncer) reconnect() {
 	for name, f := range s.failed {
 		if s.clock().Sub(f.since) > reconnectGiveUp {
 			delete(s.failed, name)
+			s.noteSenderLocked(name) // senderbook.go: its address is no longer reserved
 			continue
 		}
 		addrs = append(addrs, f.addr)
@@ -91,7 +92,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 		}
 		(*Syncer)(e).addPeerLocked(n.Name)
 	}
-	(*Syncer)(e).rebuildSendersLocked()
+	(*Syncer)(e).noteSenderLocked(n.Name) // senderbook.go
 	e.mu.Unlock()
 	(*Syncer)(e).queueResend(node)
 	e.log.Info("member joined", "name", n.Name, "addr", n.Address())
@@ -119,7 +120,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if _, ok := e.failed[n.Name]; ok || len(e.failed) < maxOrigins {
 		e.failed[n.Name] = failedMember{addr: n.Address(), since: (*Syncer)(e).clock(), heard: e.heardAt[n.Name], left: left}
 	}
-	(*Syncer)(e).rebuildSendersLocked()
+	(*Syncer)(e).noteSenderLocked(n.Name) // senderbook.go
 	e.mu.Unlock()
 	how := "dead"
 	if left {
@@ -133,8 +134,8 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 	if e.shared == nil {
 		e.peers[n.Name] = copyNode(n)
 	}
-	(*Syncer)(e).rebuildSendersLocked()
-	e.owner.ring = nil // its capability may have changed (owner.go)
+	(*Syncer)(e).noteSenderLocked(n.Name) // senderbook.go
+	e.owner.ring = nil                    // its capability may have changed (owner.go)
 	e.mu.Unlock()
 	e.log.Debug("member updated", "name", n.Name)
 }

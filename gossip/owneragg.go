@@ -1,10 +1,8 @@
 package gossip
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 )
@@ -237,8 +235,12 @@ func aggFanIn(n int) int {
 // aggSlot is member name's slot among the k aggregators of the key of hash
 // kh (k a power of two).
 func aggSlot(kh uint64, name string, k int) int {
-	return int(mix64(kh^fnvAdd(fnvOffset, name)) & uint64(k-1))
+	return aggSlotOf(kh, fnvAdd(fnvOffset, name), k)
 }
+
+// aggSlotOf is aggSlot of the member whose name hashes to nh
+// (fnvAdd(fnvOffset, name): ownerRing.nameHashes).
+func aggSlotOf(kh, nh uint64, k int) int { return int(mix64(kh^nh) & uint64(k-1)) }
 
 // aggregatorAt returns slot i's aggregator of the key of hash kh: the first
 // member at or after the slot's point that is neither owner nor replica;
@@ -248,7 +250,7 @@ func (r *ownerRing) aggregatorAt(kh uint64, i int, owner, replica string) string
 		return ""
 	}
 	h := mix64(kh ^ (uint64(i)+1)*0x9e3779b97f4a7c15)
-	at, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.hash, h) })
+	at := r.search(h) // ownerringindex.go
 	for j := range len(r.points) {
 		if name := r.names[r.points[(at+j)%len(r.points)].node]; name != owner && name != replica {
 			return name

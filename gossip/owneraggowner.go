@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -304,13 +305,24 @@ func (s *Syncer) aggUsersLocked(rule, key, name string) int {
 		for i := range aggs {
 			aggs[i] = r.aggregatorAt(kh, i, owner, replica)
 		}
-		c = &aggCounts{ring: r, n: map[string]int{}}
-		for _, m := range r.names {
-			if m != owner { // the replica uses the key as any member does
-				a := aggs[aggSlot(kh, m, k)]
-				c.n[a]++
-				c.most = max(c.most, c.n[a])
+		// Every member's slot (one pass of a multiply-xorshift per member,
+		// its name's hash computed once per ring), then each slot's
+		// members to its aggregator.
+		slots := make([]int, k)
+		for _, nh := range r.nameHashes {
+			slots[aggSlotOf(kh, nh, k)]++
+		}
+		if o, ok := slices.BinarySearch(r.names, owner); ok { // the owner is none of its aggregators' users; the replica uses the key as any member does
+			slots[aggSlotOf(kh, r.nameHashes[o], k)]--
+		}
+		c = &aggCounts{ring: r, n: make(map[string]int, k)}
+		for i, a := range aggs {
+			if slots[i] > 0 {
+				c.n[a] += slots[i]
 			}
+		}
+		for _, n := range c.n {
+			c.most = max(c.most, n)
 		}
 		if st.counts == nil {
 			st.counts = map[[2]string]*aggCounts{}

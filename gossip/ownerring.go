@@ -29,6 +29,10 @@ const ringVnodes = 64
 type ownerRing struct {
 	points []ringPoint
 	names  []string // distinct members, for counting
+	// nameHashes are the names' FNV-1a hashes, as aggSlot hashes them.
+	nameHashes []uint64
+	index      []uint32 // the first point of each slice of the hash space (ownerringindex.go)
+	shift      uint     // a hash's slice is hash >> shift
 }
 
 type ringPoint struct {
@@ -91,7 +95,17 @@ func newOwnerRing(names []string) *ownerRing {
 		}
 		return cmp.Compare(a.node, b.node)
 	})
+	r.indexPoints()
+	r.hashNames()
 	return r
+}
+
+// hashNames sets r.nameHashes from r.names.
+func (r *ownerRing) hashNames() {
+	r.nameHashes = make([]uint64, len(r.names))
+	for i, name := range r.names {
+		r.nameHashes[i] = fnvAdd(fnvOffset, name)
+	}
 }
 
 // size is the number of members on the ring.
@@ -109,7 +123,7 @@ func (r *ownerRing) owners(rule, key string) (owner, replica string) {
 		return "", ""
 	}
 	h := keyHash(rule, key)
-	i, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.hash, h) })
+	i := r.search(h) // ownerringindex.go
 	first := r.points[i%len(r.points)].node
 	owner = r.names[first]
 	for j := 1; j < len(r.points) && len(r.names) > 1; j++ {

@@ -42,6 +42,8 @@ func (r *ownerRing) with(name string, add bool) *ownerRing {
 			}
 			out.points = append(out.points, p)
 		}
+		out.indexPoints()
+		out.nameHashes = slices.Delete(slices.Clone(r.nameHashes), pos, pos+1)
 		return out
 	}
 	out.names = slices.Insert(slices.Clone(r.names), pos, name)
@@ -69,6 +71,8 @@ func (r *ownerRing) with(name string, add bool) *ownerRing {
 	for _, p := range r.points[from:] {
 		out.points = append(out.points, shifted(p))
 	}
+	out.indexPoints()
+	out.nameHashes = slices.Insert(slices.Clone(r.nameHashes), pos, fnvAdd(fnvOffset, name))
 	return out
 }
 

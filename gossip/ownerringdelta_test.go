@@ -54,7 +54,8 @@ func TestOwnerRingDeltaIsTheRebuiltRing(t *testing.T) {
 				}
 				members[name] = add
 				want := newOwnerRing(list())
-				if !reflect.DeepEqual(r.names, want.names) || !slices.Equal(r.points, want.points) {
+				if !reflect.DeepEqual(r.names, want.names) || !slices.Equal(r.points, want.points) ||
+					!slices.Equal(r.nameHashes, want.nameHashes) || !slices.Equal(r.index, want.index) || r.shift != want.shift {
 					t.Fatalf("change %d (%s, add %v): the updated ring differs from the rebuilt one (%d/%d names, %d/%d points)",
 						i, name, add, len(r.names), len(want.names), len(r.points), len(want.points))
 				}

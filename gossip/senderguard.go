@@ -64,60 +64,6 @@ const (
 	PacketRefusedUnchecked = "unchecked"
 )
 
-// senderBook maps members' advertised addresses to their names and back:
-// live members and those that went away (their names stay reserved to
-// their addresses). It is rebuilt on each membership event and read
-// without locks.
-type senderBook struct {
-	byAddr map[netip.AddrPort]string
-	byName map[string]netip.AddrPort
-}
-
-// allows reports whether a counters message naming sender may come from src.
-func (b *senderBook) allows(src netip.AddrPort, sender []byte) bool {
-	if b == nil {
-		return true
-	}
-	if owner, ok := b.byAddr[src]; ok {
-		return owner == string(sender)
-	}
-	_, named := b.byName[string(sender)]
-	return !named
-}
-
-// owner is the member at src, or "".
-func (b *senderBook) owner(src netip.AddrPort) string {
-	if b == nil {
-		return ""
-	}
-	return b.byAddr[src]
-}
-
-// rebuildSendersLocked rebuilds the sender book from peers and failed.
-// Caller holds s.mu.
-func (s *Syncer) rebuildSendersLocked() {
-	if s.simulated {
-		return // no transport reads it (and rebuilding is O(members) per event)
-	}
-	b := &senderBook{
-		byAddr: make(map[netip.AddrPort]string, len(s.peers)+len(s.failed)),
-		byName: make(map[string]netip.AddrPort, len(s.peers)+len(s.failed)),
-	}
-	for name, f := range s.failed {
-		if ap, err := netip.ParseAddrPort(f.addr); err == nil {
-			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-			b.byAddr[ap], b.byName[name] = name, ap
-		}
-	}
-	for name, n := range s.peers { // a live member's address wins over a gone one's
-		if ip, ok := netip.AddrFromSlice(n.Addr); ok {
-			ap := netip.AddrPortFrom(ip.Unmap(), n.Port)
-			b.byAddr[ap], b.byName[name] = name, ap
-		}
-	}
-	s.senders.Store(b)
-}
-
 // vouchTTL is how long a vouch is kept at least (and at most twice that):
 // memberlist hands a packet's user messages to the delegate within
 // milliseconds, through a queue that drops what does not fit, so vouches of
@@ -352,7 +298,7 @@ func (g *senderGuard) user(b []byte, src netip.AddrPort, book *senderBook) sende
 		return senderRefusal{reason: PacketRefusedSender, claimed: sender}
 	}
 	if g.stranger != nil && g.verify && book != nil && book.owner(src) == "" {
-		if _, named := book.byName[string(sender)]; !named {
+		if !book.named(sender) {
 			g.stranger(src) // a keyed node that counts this one a member, unknown here (see repair.go)
 		}
 	}

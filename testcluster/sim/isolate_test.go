@@ -85,12 +85,17 @@ func TestNoIsolationEstimatesFromTheRun(t *testing.T) {
 // (isolate.go), so the sizes share the machine's state and are compared in
 // the same run. Reported per size: %core/node (the syncer's CPU per
 // simulated second, per node), B/pkt (allocated per packet received),
-// pkt/s/node (received), and x<first size> (the CPU against the first
-// size's). Sizes: SLUICE_SIM_BENCH_NODES (default 50,300,1000), simulated
-// seconds SLUICE_SIM_BENCH_SECONDS (default 2, as the spread table's runs
-// from 100 nodes).
+// pkt/s/node (received), µs/pkt (the syncer's CPU per packet received),
+// and x<first size> (the CPU against the first size's; x<first size>/pkt:
+// per packet received). Sizes: SLUICE_SIM_BENCH_NODES (default
+// 50,300,1000), simulated seconds SLUICE_SIM_BENCH_SECONDS (default 2, as
+// the spread table's runs from 100 nodes). SLUICE_SIM_BENCH_RUNS names a
+// directory where the runs are saved and, when saved before, loaded from
+// instead of simulated (isolatesave_test.go): 10,000 nodes take about half
+// an hour to simulate here, their replays seconds.
 //
 //	go test -run '^$' -bench BenchmarkIsolatedSyncer -benchtime 20x ./testcluster/sim
+//	SLUICE_SIM_BENCH_RUNS=/tmp/runs SLUICE_SIM_BENCH_NODES=50,10000 go test -run '^$' -bench BenchmarkIsolatedSyncer -benchtime 10x -timeout 0 ./testcluster/sim
 func BenchmarkIsolatedSyncer(b *testing.B) {
 	sizes := []int{50, 300, 1000}
 	if v := os.Getenv("SLUICE_SIM_BENCH_NODES"); v != "" {
@@ -118,12 +123,8 @@ func BenchmarkIsolatedSyncer(b *testing.B) {
 	}
 	runs := make([]*size, len(sizes))
 	for i, n := range sizes {
-		s, err := New(Config{Nodes: n, Duration: time.Duration(secs * float64(time.Second)), Seed: 1, Scenario: Spread,
+		s := recordedRun(b, os.Getenv("SLUICE_SIM_BENCH_RUNS"), Config{Nodes: n, Duration: time.Duration(secs * float64(time.Second)), Seed: 1, Scenario: Spread,
 			GossipMode: "owner", FirstShare: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Run()
 		runs[i] = &size{s: s}
 	}
 	for b.Loop() {
@@ -140,18 +141,21 @@ func BenchmarkIsolatedSyncer(b *testing.B) {
 			}
 		}
 	}
-	base := 0.0
+	base, basePkt := 0.0, 0.0
 	for i, z := range runs {
 		k := float64(b.N * len(z.s.traces))
 		cpu := z.cpu / k
+		perPkt := z.cpu * secs / max(z.pkts, 1) // CPU seconds per packet received
 		if i == 0 {
-			base = cpu
+			base, basePkt = cpu, perPkt
 		}
 		b.ReportMetric(100*cpu, fmt.Sprintf("%%core/node@%d", sizes[i]))
 		b.ReportMetric(z.alloc/max(z.pkts, 1), fmt.Sprintf("B/pkt@%d", sizes[i]))
 		b.ReportMetric(z.pkts/k/secs, fmt.Sprintf("pkt/s/node@%d", sizes[i]))
+		b.ReportMetric(perPkt*1e6, fmt.Sprintf("µs/pkt@%d", sizes[i]))
 		if i > 0 && base > 0 {
 			b.ReportMetric(cpu/base, fmt.Sprintf("x%d@%d", sizes[0], sizes[i]))
+			b.ReportMetric(perPkt/basePkt, fmt.Sprintf("x%d/pkt@%d", sizes[0], sizes[i]))
 		}
 	}
 }

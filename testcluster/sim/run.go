@@ -54,24 +54,11 @@ const binWidth = 10 * time.Millisecond
 
 // New prepares a run: every node made and joined to every other.
 func New(cfg Config) (*Sim, error) {
-	if err := cfg.setDefaults(); err != nil {
+	s, err := bare(cfg)
+	if err != nil {
 		return nil, err
 	}
-	s := &Sim{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)), base: epoch}
-	var err error
-	if s.lim.hot, err = bucket.NewLimit(int64(cfg.Rate*1000), 1000*time.Second, cfg.Burst); err != nil {
-		return nil, fmt.Errorf("sim: the limit: %w", err)
-	}
-	if s.lim.probe, err = bucket.NewLimit(1_000_000, time.Hour, 1_000_000); err != nil {
-		return nil, fmt.Errorf("sim: the probes' limit: %w", err)
-	}
-	s.hot = []byte("hot-key")
-	if cfg.Scenario == Spread {
-		s.keys = make([][]byte, cfg.Keys)
-		for i := range s.keys {
-			s.keys[i] = []byte("key-" + strconv.Itoa(i)) // as BenchmarkGossipCost names them
-		}
-	}
+	cfg = s.cfg
 	s.m.init(s)
 	if cfg.JoinSpread <= 0 && !cfg.copyMembers {
 		s.table = gossip.NewSharedMembers()
@@ -108,6 +95,29 @@ func New(cfg Config) (*Sim, error) {
 	}
 	if cfg.KillOwnerAt > 0 {
 		s.push(event{at: int64(cfg.KillOwnerAt), kind: evKillOwner})
+	}
+	return s, nil
+}
+
+// bare is a run of cfg with its limits and keys and no nodes yet.
+func bare(cfg Config) (*Sim, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Sim{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)), base: epoch}
+	var err error
+	if s.lim.hot, err = bucket.NewLimit(int64(cfg.Rate*1000), 1000*time.Second, cfg.Burst); err != nil {
+		return nil, fmt.Errorf("sim: the limit: %w", err)
+	}
+	if s.lim.probe, err = bucket.NewLimit(1_000_000, time.Hour, 1_000_000); err != nil {
+		return nil, fmt.Errorf("sim: the probes' limit: %w", err)
+	}
+	s.hot = []byte("hot-key")
+	if cfg.Scenario == Spread {
+		s.keys = make([][]byte, cfg.Keys)
+		for i := range s.keys {
+			s.keys[i] = []byte("key-" + strconv.Itoa(i)) // as BenchmarkGossipCost names them
+		}
 	}
 	return s, nil
 }
