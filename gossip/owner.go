@@ -182,6 +182,9 @@ type heardSlot struct {
 	// then charges nothing (this node knew what lies below start).
 	first uint64
 	at    time.Duration
+	// sent is when the latest of its answers was sent, on this node's
+	// clock (ownerchargeonce.go, noteAnswerSentLocked); 0: not noted.
+	sent time.Duration
 	// own marks answers to this node's own counter while it aggregates the
 	// key (aggOwnAnswerLocked): they charge nothing, and they give way to
 	// its group's (owneragg.go, aggHeardSlot).
@@ -744,7 +747,7 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 		if !ok {
 			return
 		}
-		if tokens := s.replicaChargeLocked(origin, c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), in.now); tokens > 0 { // ownerchargeonce.go
+		if tokens := s.replicaChargeLocked(origin, c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), at, in.now); tokens > 0 { // ownerchargeonce.go
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})
@@ -801,7 +804,8 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			tokens = 0 // an aggregator hears the key through its group's answers (owneragg.go)
 		}
 		if fromOwner {
-			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now) // ownerchargeonce.go
+			s.noteAnswerSentLocked(aggKey{a.rule, a.key, a.window}, sender, a.gen, sentAt)
+			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now, now) // ownerchargeonce.go
 		} else {
 			tokens = s.echoChargeLocked(aggKey{a.rule, a.key, a.window}, sender, tokens, now) // owneraggreplica.go
 		}

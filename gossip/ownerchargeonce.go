@@ -1,6 +1,9 @@
 package gossip
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // A failover charges once.
 //
@@ -43,8 +46,9 @@ import "time"
 // replicaChargeLocked is chargeOnceLocked for what this node's own
 // aggregate of c's key charges it when it is the key's replica: the
 // failed-over nodes' counters, which the owner counts too and charges it
-// in its answers. Caller holds s.mu.
-func (s *Syncer) replicaChargeLocked(origin string, c Counter, tokens uint64, now time.Duration) uint64 {
+// in its answers. at is when c's packet was sent, on this node's clock
+// (stamp.go's originTimeLocked). Caller holds s.mu.
+func (s *Syncer) replicaChargeLocked(origin string, c Counter, tokens uint64, at, now time.Duration) uint64 {
 	if tokens == 0 {
 		return 0
 	}
@@ -55,17 +59,27 @@ func (s *Syncer) replicaChargeLocked(origin string, c Counter, tokens uint64, no
 	if k := (aggKey{c.Rule, c.Key, c.Window}); s.aggEchoLocked(k, now) != "" {
 		return s.countedChargeLocked(k, origin, tokens, now) // it hears the key through an aggregator (owneraggreplica.go)
 	}
-	return s.chargeOnceLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, tokens, now)
+	return s.chargeOnceLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, tokens, at, now)
 }
 
 // ownerLateLocked reports whether owner is late to this node for key k:
 // this node failed k over from it, or, when sender is this node (the
 // replica counting the failed-over nodes' counters, whose own counters
-// may fail over a little later or never), owner has answered this node
-// nothing of k for half the failover's rounds. Otherwise counters and
-// answers of the replica come from an earlier owner after a membership
-// change. Caller holds s.mu.
-func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, now time.Duration) bool {
+// may fail over a little later or never), owner had sent this node no
+// answer of k for half the failover's rounds when the counters were sent
+// (sent, on this node's clock). Otherwise counters and answers of the
+// replica come from an earlier owner after a membership change. Caller
+// holds s.mu.
+//
+// The replica judges by when the owner's answers and the counters were
+// sent, not when they reached it: a starved replica handles what queued
+// while it did not run all at once, the owner's answers sent before its
+// stall with the counters the failed-over nodes sent during it, and
+// judged by arrival the owner had just answered: the replica's aggregate
+// was charged whole, on top of the owner's answers carrying the same
+// consumption (ten bare syncers with random stalls: the replica charged
+// up to 313 tokens over the others' 5,400, TestStarvedReplicaChargesOnce).
+func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, sent time.Duration) bool {
 	if f, ok := s.owner.failover[[2]string{k.rule, k.key}]; ok && f.owner == owner {
 		return true // failed over now, or lately
 	}
@@ -76,10 +90,27 @@ func (s *Syncer) ownerLateLocked(k aggKey, sender, owner string, now time.Durati
 	last := time.Duration(-1)
 	for _, sl := range h.slots {
 		if sl.owner == owner {
-			last = max(last, sl.at)
+			last = max(last, cmp.Or(sl.sent, sl.at))
 		}
 	}
-	return last >= 0 && now-last >= ownerFailover/2*s.cfg.GossipInterval
+	return last >= 0 && sent-last >= ownerFailover/2*s.cfg.GossipInterval
+}
+
+// noteAnswerSentLocked keeps in the heard slot of sender's answer (gen)
+// when the latest of its answers was sent: its stamp sentAt placed on this
+// node's clock as a member's counters are (stamp.go, originTimeLocked:
+// never ahead of this node's clock), ownerLateLocked's measure. Caller
+// holds s.mu.
+func (s *Syncer) noteAnswerSentLocked(k aggKey, sender string, gen, sentAt uint64) {
+	h := s.owner.heard[k]
+	if h == nil {
+		return
+	}
+	for i := range h.slots {
+		if sl := &h.slots[i]; sl.owner == sender && sl.gen == gen {
+			sl.sent = max(sl.sent, s.originTimeLocked(sender, sentAt, uint64(max(0, s.clock().UnixNano()))))
+		}
+	}
 }
 
 // failingOverLocked reports whether this node's counters of k go to the
@@ -109,8 +140,9 @@ type chargePair struct {
 // chargeOnceLocked returns what of tokens, charged by sender's answer of k,
 // this node charges: during a failover, only what lifts the larger of the
 // owner's and the replica's sums since the replica first answered. owner
-// and replica are the key's on the ring now. Caller holds s.mu.
-func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, tokens uint64, now time.Duration) uint64 {
+// and replica are the key's on the ring now; sent is when what charges
+// was sent (now for an answer, ownerLateLocked). Caller holds s.mu.
+func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, tokens uint64, sent, now time.Duration) uint64 {
 	p := s.owner.pairs.m[k]
 	moved := owner != "" && (p != nil && (p.a != owner && p.a != replica || p.b != owner && p.b != replica)) // "": no ring now
 	if moved {
@@ -121,7 +153,7 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 		if sender != replica || sender == owner {
 			return tokens
 		}
-		if !s.ownerLateLocked(k, sender, owner, now) {
+		if !s.ownerLateLocked(k, sender, owner, sent) {
 			return tokens // the replica is an earlier owner, its aggregate another account (a membership change)
 		}
 		if now-s.owner.pairs.swept > s.subTTL() { // forget pairs of keys no longer answered

@@ -108,7 +108,7 @@ func TestChargeOnceLocked(t *testing.T) {
 			now := time.Second
 			for i, a := range tt.answers {
 				now += a.after
-				if got := s.chargeOnceLocked(k, a.sender, a.owner, a.replica, a.tokens, now); got != a.want {
+				if got := s.chargeOnceLocked(k, a.sender, a.owner, a.replica, a.tokens, now, now); got != a.want {
 					t.Fatalf("answer %d (%+v): charged %d, want %d", i, a, got, a.want)
 				}
 			}
@@ -121,20 +121,23 @@ func TestChargeOnceLocked(t *testing.T) {
 
 // On the key's replica, its own aggregate's charges are paired with the
 // owner's answers once the owner has answered it nothing for half the
-// failover's rounds (its own counters may fail over later, or never);
+// failover's rounds (by when the answers were sent, where noted) (its own counters may fail over later, or never);
 // while the owner answers it, the replica's aggregate is an earlier
 // owner's after a membership change, charged whole.
 func TestReplicaPairsItsAggregateWhenTheOwnerIsLate(t *testing.T) {
 	tests := []struct {
 		name     string
 		heardAgo time.Duration // the owner's last answer to this node; negative: none
+		sentAgo  time.Duration // when that answer was sent; 0: not noted
 		failed   bool          // this node failed the key over
 		want     bool
 	}{
-		{"owner answered lately", 20 * time.Millisecond, false, false},
-		{"owner silent half a failover", ownerFailover / 2 * 20 * time.Millisecond, false, true},
-		{"never answered", -1, false, false},
-		{"failed over itself", 20 * time.Millisecond, true, true},
+		{"owner answered lately", 20 * time.Millisecond, 0, false, false},
+		{"owner silent half a failover", ownerFailover / 2 * 20 * time.Millisecond, 0, false, true},
+		{"never answered", -1, 0, false, false},
+		{"failed over itself", 20 * time.Millisecond, 0, true, true},
+		{"owner's answer arrived lately, sent half a failover ago", 20 * time.Millisecond, ownerFailover / 2 * 20 * time.Millisecond, false, true},
+		{"owner's answer arrived lately, sent lately", 20 * time.Millisecond, 40 * time.Millisecond, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,6 +149,9 @@ func TestReplicaPairsItsAggregateWhenTheOwnerIsLate(t *testing.T) {
 			now := 10 * time.Second
 			if tt.heardAgo >= 0 {
 				s.owner.heard = map[aggKey]*heardKey{k: {slots: [2]heardSlot{{owner: "o", gen: 1, at: now - tt.heardAgo}}}}
+				if tt.sentAgo > 0 {
+					s.owner.heard[k].slots[0].sent = now - tt.sentAgo
+				}
 			}
 			if tt.failed {
 				s.owner.failover = map[[2]string]failover{{"api", "k"}: {at: 1, owner: "o"}}
@@ -153,7 +159,7 @@ func TestReplicaPairsItsAggregateWhenTheOwnerIsLate(t *testing.T) {
 			if got := s.ownerLateLocked(k, "me", "o", now); got != tt.want {
 				t.Fatalf("late %v, want %v", got, tt.want)
 			}
-			s.chargeOnceLocked(k, "me", "o", "me", 5, now)
+			s.chargeOnceLocked(k, "me", "o", "me", 5, now, now)
 			if paired := len(s.owner.pairs.m) == 1; paired != tt.want {
 				t.Fatalf("paired %v, want %v", paired, tt.want)
 			}
