@@ -304,7 +304,10 @@ func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duratio
 	u.used = now
 	ak := aggKey{k.rule, k.key, k.window}
 	agg := s.self
-	if g := st.groups[ak]; g == nil || g.o != s.owner.mine[ak] {
+	// Into its own group while it aggregates the key; not once its ring
+	// names it no aggregator of the key (the round then hands the group on:
+	// aggRoundLocked).
+	if g := st.groups[ak]; g == nil || g.o != s.owner.mine[ak] || s.aggUsersLocked(k.rule, k.key, s.self) == 0 {
 		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
 			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
 		}
@@ -475,6 +478,19 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 			// there: the cluster admits more, by at most an interval of the
 			// group's users): its aggregate, which holds the owner's view,
 			// goes too.
+			s.owner.subs -= len(g.o.subs)
+			delete(s.owner.mine, k)
+			delete(st.groups, k)
+			continue
+		case s.aggUsersLocked(k.rule, k.key, s.self) == 0:
+			// This node is no aggregator of the key on its ring any more
+			// (a member joined or went): its users' counters are refused
+			// here (receiveAggUsers) and go to their new aggregators, and
+			// its own would keep the group alive on their own, counted
+			// nowhere: the owner refuses the group counters of a member
+			// no ring names. The group forwards what it holds a last time
+			// and goes; this node's counters go to its aggregator.
+			s.writeGroupCounterLocked(k, g, now, groups)
 			s.owner.subs -= len(g.o.subs)
 			delete(s.owner.mine, k)
 			delete(st.groups, k)
