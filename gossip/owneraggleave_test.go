@@ -134,6 +134,9 @@ func TestAggregatorTheRingNoLongerNamesHandsItsGroupOn(t *testing.T) {
 	if !grouped() {
 		t.Fatal("this node does not aggregate its own counters, as the key's aggregator")
 	}
+	a.mu.Lock()
+	epoch := a.owner.agg.groups[k].epoch
+	a.mu.Unlock()
 	join(a)
 	before := used
 	for range 20 {
@@ -145,6 +148,25 @@ func TestAggregatorTheRingNoLongerNamesHandsItsGroupOn(t *testing.T) {
 	t.Logf("key %s, joiner %s, new aggregator %s: counted %d of %d since the join", key, joiner, next, counted(), used-before)
 	if got, want := counted(), used-before; got+10 < want {
 		t.Errorf("its aggregator on the new ring %s counted %d of its %d since the join", next, got, want)
+	}
+	// The owner still answers the group it counted (until it has been idle
+	// an active TTL): those answers tell this node what its new aggregator
+	// tells it, and charge nothing.
+	var charged uint64
+	for i := range uint64(3) {
+		w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
+		w.add(ownerAnswer{rule: "api", key: key, gen: 7, prev: 1000 + 40*i, others: 1040 + 40*i, ackEpoch: epoch, ackUsed: before})
+		charges, err := a.receiveAnswer(w.packets()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range charges {
+			charged += c.tokens
+		}
+		clock = clock.Add(a.cfg.GossipInterval)
+	}
+	if charged != 0 {
+		t.Errorf("the owner's answers to the group this node handed on charged it %d", charged)
 	}
 	o := peers[owner]
 	o.mu.Lock()
