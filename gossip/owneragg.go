@@ -128,6 +128,11 @@ type aggUse struct {
 	// the aggregated path starts a subscription (baseSet until then).
 	base    uint64
 	baseSet bool
+	// handed is the epoch of the group of the key this node handed on
+	// when its ring stopped naming it an aggregator (aggRoundLocked): the
+	// owner's answers to that group, which go on while the owner still
+	// holds it active, charge nothing here (aggOwnAnswerLocked).
+	handed uint64
 	// heardFrom is the aggregator that last answered; subAt when this node
 	// last sent it a counter with nothing new to subscribe (see
 	// aggSubscribeLocked).
@@ -304,7 +309,10 @@ func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duratio
 	u.used = now
 	ak := aggKey{k.rule, k.key, k.window}
 	agg := s.self
-	if g := st.groups[ak]; g == nil || g.o != s.owner.mine[ak] {
+	// Into its own group while it aggregates the key; not once its ring
+	// names it no aggregator of the key (the round then hands the group on:
+	// aggRoundLocked).
+	if g := st.groups[ak]; g == nil || g.o != s.owner.mine[ak] || s.aggUsersLocked(k.rule, k.key, s.self) == 0 {
 		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
 			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
 		}
@@ -475,6 +483,22 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 			// there: the cluster admits more, by at most an interval of the
 			// group's users): its aggregate, which holds the owner's view,
 			// goes too.
+			s.owner.subs -= len(g.o.subs)
+			delete(s.owner.mine, k)
+			delete(st.groups, k)
+			continue
+		case s.aggUsersLocked(k.rule, k.key, s.self) == 0:
+			// This node is no aggregator of the key on its ring any more
+			// (a member joined or went): its users' counters are refused
+			// here (receiveAggUsers) and go to their new aggregators, and
+			// its own would keep the group alive on their own, counted
+			// nowhere: the owner refuses the group counters of a member
+			// no ring names. The group forwards what it holds a last time
+			// and goes; this node's counters go to its aggregator.
+			if u := st.hot[[2]string{k.rule, k.key}]; u != nil {
+				u.handed = g.epoch
+			}
+			s.writeGroupCounterLocked(k, g, now, groups)
 			s.owner.subs -= len(g.o.subs)
 			delete(s.owner.mine, k)
 			delete(st.groups, k)
@@ -773,10 +797,21 @@ func (s *Syncer) aggHeardLocked(sender string, a ownerAnswer, tokens, below uint
 // the owner silent 4 s: an aggregator charged 415 tokens on it, its users
 // ended 780-817 below what the others admitted; 390-410 after). Caller
 // holds s.mu.
+//
+// So does an answer to the group this node handed on (aggUse.handed): its
+// new aggregator tells it the key, and the owner's answers to the old
+// group, which go on for an active TTL, told it the same consumption a
+// second time (300 simulated nodes under churn, the owner killed: the
+// node that handed its group on ended 186-795 tokens above what the
+// others admitted).
 func (s *Syncer) aggOwnAnswerLocked(a ownerAnswer) bool {
 	k := aggKey{a.rule, a.key, a.window}
 	g := s.owner.agg.groups[k]
-	return g != nil && g.o == s.owner.mine[k] && g.upSet && a.ackEpoch != g.epoch
+	if g != nil && g.o == s.owner.mine[k] {
+		return g.upSet && a.ackEpoch != g.epoch
+	}
+	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
+	return u != nil && u.handed != 0 && a.ackEpoch == u.handed
 }
 
 // aggHeardSlot returns which of h's two slots a new subscription's answer
