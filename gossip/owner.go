@@ -800,11 +800,9 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}
 		tokens, below := s.heardLocked(sender, a, first, now, bounded != nil, al, others)
-		if fromOwner && s.aggOwnAnswerLocked(a) {
-			tokens = 0 // an aggregator hears the key through its group's answers (owneragg.go)
-		}
 		if fromOwner {
 			s.noteAnswerSentLocked(aggKey{a.rule, a.key, a.window}, sender, a.gen, sentAt)
+			tokens = s.aggOwnChargeLocked(sender, a, tokens)                                                       // an aggregator hears the key through its group's answers (owneragg.go)
 			tokens = s.chargeOnceLocked(aggKey{a.rule, a.key, a.window}, sender, owner, replica, tokens, now, now) // ownerchargeonce.go
 		} else {
 			tokens = s.echoChargeLocked(aggKey{a.rule, a.key, a.window}, sender, tokens, now) // owneraggreplica.go

@@ -149,6 +149,16 @@ type aggUse struct {
 	// aggregator other than itself (0: never): that one counts it among
 	// its group's users for a users window after (groupUsersLocked).
 	elsewhereAt time.Duration
+	// ownFrom and ownGen name the subscription of this node's own counter
+	// that the owner's notice came from, and ownUpTo is how far, in its
+	// numbering, the aggregated path's first answer starts from (the
+	// notice's total less this node's own consumption, or what it had
+	// heard): answers on it still charge up to there (aggOwnAnswerLocked).
+	// ownContrib is this node's own consumption the notice counted.
+	ownFrom    string
+	ownGen     uint64
+	ownUpTo    uint64
+	ownContrib uint64
 }
 
 // aggViewHeardLocked notes the view (users) of an answer from this node's
@@ -697,7 +707,19 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 	if u != nil && u.baseSet {
 		// The owner's numbering, from what this node heard: exact, even if
 		// the sender's first answer was lost (its prev would skip that).
+		// What it heard on the notice's subscription since the notice is
+		// charged already: the base rises to it (a user charged 16 tokens
+		// twice, answered others 17 after a notice that found it told 1:
+		// TestAnswerAfterTheNoticeIsNotChargedTwice).
 		u.baseSet = false
+		if h := s.owner.heard[k]; h != nil {
+			for _, sl := range h.slots {
+				if sl.owner == u.ownFrom && sl.gen == u.ownGen {
+					u.base = max(u.base, sl.last+u.ownContrib)
+				}
+			}
+		}
+		u.ownUpTo = max(u.ownUpTo, u.base-min(u.base, u.ownContrib))
 		a.prev = min(a.others, u.base)
 		return a
 	}
@@ -812,6 +834,37 @@ func (s *Syncer) aggOwnAnswerLocked(a ownerAnswer) bool {
 	}
 	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
 	return u != nil && u.handed != 0 && a.ackEpoch == u.handed
+}
+
+// aggOwnChargeLocked returns the part of tokens, what an answer of the
+// key's owner or replica (sender) adds here, that is charged: all of it
+// unless it answers this node's own counter while it aggregates the key
+// (aggOwnAnswerLocked). Such an answer still charges what lies below
+// where the group's numbering started for this node (ownUpTo, from the
+// owner's notice: its total less this node's own consumption, or what it
+// had heard of the notice's subscription): the group's first answer took
+// that as heard here. The owner writes both answers in one round;
+// processed group first, the tokens the notice's total held were never
+// charged (an aggregator of 20 in-process nodes stayed at the burst while
+// the 19 others' tokens of a key each used once were counted everywhere
+// else: TestAggregatorsLateOwnAnswerChargesWhatTheGroupTookAsHeard).
+// Caller holds s.mu, after heardLocked took the answer.
+func (s *Syncer) aggOwnChargeLocked(sender string, a ownerAnswer, tokens uint64) uint64 {
+	if !s.aggOwnAnswerLocked(a) {
+		return tokens
+	}
+	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
+	h := s.owner.heard[aggKey{a.rule, a.key, a.window}]
+	if u == nil || h == nil || u.ownFrom != sender || u.ownGen != a.gen {
+		return 0
+	}
+	for _, sl := range h.slots {
+		if sl.owner == sender && sl.gen == a.gen {
+			before := sl.last - min(sl.last, tokens)
+			return min(tokens, u.ownUpTo-min(u.ownUpTo, before))
+		}
+	}
+	return 0
 }
 
 // aggHeardSlot returns which of h's two slots a new subscription's answer
@@ -1044,6 +1097,7 @@ func (s *Syncer) receiveNotice(b []byte) error {
 			// history: TestNoticeToAnAggregatorSetsNoBase).
 			if u != nil {
 				u.baseSet = false
+				u.ownFrom, u.ownGen, u.ownUpTo, u.ownContrib = sender, n.gen, n.total-min(n.total, n.contrib), n.contrib
 			}
 			continue
 		}
@@ -1056,6 +1110,7 @@ func (s *Syncer) receiveNotice(b []byte) error {
 					}
 				}
 			}
+			u.ownFrom, u.ownGen, u.ownUpTo, u.ownContrib = sender, n.gen, u.base-min(u.base, n.contrib), n.contrib
 		}
 	}
 	return nil
