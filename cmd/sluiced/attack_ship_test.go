@@ -175,15 +175,23 @@ func TestShipLintRunsWithoutADaemon(t *testing.T) {
 	}
 }
 
-// copyExecutable copies a binary into dir (mode 0755), for a process running
-// as another user, who cannot reach the test's private temporary directories.
+// copyExecutable puts a binary into dir (a hard link, else a copy of mode
+// 0755), for a process running as another user, who cannot reach the
+// test's private temporary directories.
 func copyExecutable(t *testing.T, src, dir string) string {
 	t.Helper()
+	dst := filepath.Join(dir, filepath.Base(src))
+	// A hard link, where it can be made, opens no file for writing: a copy
+	// written while a parallel test forks can still be open for writing in
+	// that child until it execs, and running the copy then fails with
+	// "text file busy" (ETXTBSY; CI saw it once, golang/go#22315).
+	if err := os.Link(src, dst); err == nil {
+		return dst
+	}
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(dir, filepath.Base(src))
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
