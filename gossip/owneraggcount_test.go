@@ -11,13 +11,8 @@ import (
 // ring kept its names' hashes: each member's name hashed and counted into
 // a map by aggregator, one at a time.
 func aggCountsByName(r *ownerRing, rule, key string) (map[string]int, int) {
-	owner, replica := r.owners(rule, key)
-	kh := keyHash(rule, key)
-	k := aggFanIn(r.size())
-	aggs := make([]string, k)
-	for i := range aggs {
-		aggs[i] = r.aggregatorAt(kh, i, owner, replica)
-	}
+	owner, kh, aggs := r.aggregatorsOf(rule, key)
+	k := len(aggs)
 	n, most := map[string]int{}, 0
 	for _, m := range r.names {
 		if m != owner {

@@ -289,6 +289,18 @@ func (s *Syncer) groupCountLocked(bounded bool, a Allowance, origin string, c Co
 	return tokens, k, true
 }
 
+// aggregatorsOf returns the key's owner on r, its hash, and its
+// aggregators by slot (aggFanIn of the ring's size).
+func (r *ownerRing) aggregatorsOf(rule, key string) (owner string, kh uint64, aggs []string) {
+	owner, replica := r.owners(rule, key)
+	kh = keyHash(rule, key)
+	aggs = make([]string, aggFanIn(r.size()))
+	for i := range aggs {
+		aggs[i] = r.aggregatorAt(kh, i, owner, replica)
+	}
+	return owner, kh, aggs
+}
+
 // aggUsersLocked is how many members this node's ring assigns to
 // aggregator name for (rule, key) (0: it is none of the key's
 // aggregators). Caller holds s.mu.
@@ -298,13 +310,8 @@ func (s *Syncer) aggUsersLocked(rule, key, name string) int {
 	c := st.counts[hk]
 	if c == nil || c.ring != s.owner.ring {
 		r := s.owner.ring
-		owner, replica := r.owners(rule, key)
-		kh := keyHash(rule, key)
-		k := aggFanIn(r.size())
-		aggs := make([]string, k)
-		for i := range aggs {
-			aggs[i] = r.aggregatorAt(kh, i, owner, replica)
-		}
+		owner, kh, aggs := r.aggregatorsOf(rule, key)
+		k := len(aggs)
 		// Every member's slot (one pass of a multiply-xorshift per member,
 		// its name's hash computed once per ring), then each slot's
 		// members to its aggregator.
