@@ -25,6 +25,21 @@ func newAggSyncer(self string, n int) (*Syncer, *memLedger) {
 	return s, l
 }
 
+// newClockedAggSyncer is newAggSyncer("m000", n) on a fixed clock the test
+// moves through the pointer it returns, born a minute before, its ring
+// built.
+func newClockedAggSyncer(n int) (*Syncer, *time.Time) {
+	s, _ := newAggSyncer("m000", n)
+	clock := new(time.Time)
+	*clock = time.Unix(1_800_000_000, 0)
+	s.now = func() time.Time { return *clock }
+	s.born = clock.Add(-time.Minute)
+	s.mu.Lock()
+	s.refreshRingLocked()
+	s.mu.Unlock()
+	return s, clock
+}
+
 func TestAggFanIn(t *testing.T) {
 	for _, tc := range []struct{ n, want int }{
 		{1, 2}, {4, 2}, {5, 4}, {16, 4}, {17, 8}, {100, 16}, {1000, 32}, {3000, 64}, {10000, 128},
@@ -366,12 +381,8 @@ func TestNoticeToAnAggregatorSetsNoBase(t *testing.T) {
 // pair (100 simulated nodes, the owner silent 4 s). The group's answers
 // are charged as before.
 func TestAggregatorsOwnCounterAnswerChargesNothing(t *testing.T) {
-	s, _ := newAggSyncer("m000", 20)
-	clock := time.Unix(1_800_000_000, 0)
-	s.now = func() time.Time { return clock }
-	s.born = clock.Add(-time.Minute)
+	s, clock := newClockedAggSyncer(20)
 	s.mu.Lock()
-	s.refreshRingLocked()
 	owner, _ := s.owner.ring.owners("api", "k")
 	g := s.aggGroupLocked(aggKey{"api", "k", 0}, s.sinceBorn())
 	g.upSet, g.up = true, 100
@@ -385,7 +396,7 @@ func TestAggregatorsOwnCounterAnswerChargesNothing(t *testing.T) {
 		{"an answer to its own counter", 5, 7, 0},
 		{"an answer to its group", g.epoch, 8, 415},
 	} {
-		clock = clock.Add(s.cfg.GossipInterval)
+		*clock = clock.Add(s.cfg.GossipInterval)
 		w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
 		w.add(ownerAnswer{rule: "api", key: "k", gen: tc.gen, prev: 0, others: 415, ackEpoch: tc.ackEpoch})
 		charges, err := s.receiveAnswer(w.packets()[0])

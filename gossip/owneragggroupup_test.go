@@ -18,12 +18,8 @@ import (
 // than the cluster admitted. A later subscription of the group (another
 // owner) is not so taken: its repair is news to the group too.
 func TestReorderedFirstAnswerAddsNothingToTheGroup(t *testing.T) {
-	s, _ := newAggSyncer("m000", 20)
-	clock := time.Unix(1_800_000_000, 0)
-	s.now = func() time.Time { return clock }
-	s.born = clock.Add(-time.Minute)
+	s, clock := newClockedAggSyncer(20)
 	s.mu.Lock()
-	s.refreshRingLocked()
 	key, owner, replica := "", "", ""
 	for i := range 1000 { // a key this node neither owns nor replicates
 		if o, r := s.owner.ring.owners("api", fmt.Sprint("k", i)); o != s.self && r != s.self {
@@ -42,7 +38,7 @@ func TestReorderedFirstAnswerAddsNothingToTheGroup(t *testing.T) {
 
 	answer := func(from string, gen, prev, others uint64) uint64 {
 		t.Helper()
-		clock = clock.Add(10 * time.Microsecond)
+		*clock = clock.Add(10 * time.Microsecond)
 		b := (&answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}).with(ownerAnswer{
 			rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: g.epoch, ackUsed: 5})
 		charges, err := s.receiveAnswer(b)

@@ -17,12 +17,8 @@ import (
 // on its own counter's subscription charges nothing still.
 func TestAggregatorsLateOwnAnswerChargesWhatTheGroupTookAsHeard(t *testing.T) {
 	for _, groupFirst := range []bool{false, true} {
-		s, _ := newAggSyncer("m000", 20)
-		clock := time.Unix(1_800_000_000, 0)
-		s.now = func() time.Time { return clock }
-		s.born = clock.Add(-time.Minute)
+		s, clock := newClockedAggSyncer(20)
 		s.mu.Lock()
-		s.refreshRingLocked()
 		owner, _ := s.owner.ring.owners("api", "k")
 		g := s.aggGroupLocked(aggKey{"api", "k", 0}, s.sinceBorn())
 		epoch := g.epoch
@@ -42,7 +38,7 @@ func TestAggregatorsLateOwnAnswerChargesWhatTheGroupTookAsHeard(t *testing.T) {
 		}
 		var got uint64
 		for _, a := range order {
-			clock = clock.Add(time.Millisecond)
+			*clock = clock.Add(time.Millisecond)
 			w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
 			w.add(a)
 			charges, err := s.receiveAnswer(w.packets()[0])
@@ -66,17 +62,13 @@ func TestAggregatorsLateOwnAnswerChargesWhatTheGroupTookAsHeard(t *testing.T) {
 // (TestOwnerAggregationSwitchIsExact on a loaded machine: a user of its
 // first aggregator charged 16 more than the others consumed).
 func TestAnswerAfterTheNoticeIsNotChargedTwice(t *testing.T) {
-	s, _ := newAggSyncer("m000", 20)
-	clock := time.Unix(1_800_000_000, 0)
-	s.now = func() time.Time { return clock }
-	s.born = clock.Add(-time.Minute)
+	s, clock := newClockedAggSyncer(20)
 	s.mu.Lock()
-	s.refreshRingLocked()
 	owner, _ := s.owner.ring.owners("api", "k")
 	s.mu.Unlock()
 	send := func(from string, a ownerAnswer) uint64 {
 		t.Helper()
-		clock = clock.Add(time.Millisecond)
+		*clock = clock.Add(time.Millisecond)
 		w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
 		w.add(a)
 		charges, err := s.receiveAnswer(w.packets()[0])

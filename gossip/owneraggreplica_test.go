@@ -280,13 +280,9 @@ func TestEchoPairChargesTheLarger(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := newAggSyncer("m000", 20)
-			clock := time.Unix(1_800_000_000, 0)
-			s.now = func() time.Time { return clock }
-			s.born = clock.Add(-time.Minute)
+			s, _ := newClockedAggSyncer(20)
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.refreshRingLocked()
 			key := ""
 			for i := range 10000 {
 				k := fmt.Sprint("k", i)

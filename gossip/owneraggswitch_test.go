@@ -3,7 +3,6 @@ package gossip
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -18,13 +17,9 @@ import (
 // the history, 1,212-1,270 tokens, then 340-397 again).
 func TestSwitchedUserIsChargedOnce(t *testing.T) {
 	const n = 64 // 8 aggregators a key; 65 members: 16
-	s, _ := newAggSyncer("m000", n)
-	clock := time.Unix(1_800_000_000, 0)
-	s.now = func() time.Time { return clock }
-	s.born = clock.Add(-time.Minute)
+	s, clock := newClockedAggSyncer(n)
 	joiner := fmt.Sprintf("m%03d", n)
 	s.mu.Lock()
-	s.refreshRingLocked()
 	small := s.owner.ring
 	large := newOwnerRing(append(append([]string{}, small.names...), joiner))
 	key, x, y := "", "", ""
@@ -63,7 +58,7 @@ func TestSwitchedUserIsChargedOnce(t *testing.T) {
 	}
 	answer := func(from string, gen, prev, others uint64) uint64 {
 		t.Helper()
-		clock = clock.Add(s.cfg.GossipInterval)
+		*clock = clock.Add(s.cfg.GossipInterval)
 		w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
 		w.add(ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others})
 		charges, err := s.receiveAnswer(w.packets()[0])
