@@ -72,16 +72,7 @@ func (n *failoverNet) round(slow string, consumers ...string) {
 		if n.dead[name] {
 			continue
 		}
-		s := n.nodes[name]
-		var own []Counter
-		s.ledger.Drain(func(c Counter) { own = append(own, c) })
-		s.mu.Lock()
-		for _, c := range own {
-			s.queueLocked(s.self, c, ownTransmits(c, ownerResends))
-		}
-		out := s.ownerRoundLocked()
-		s.mu.Unlock()
-		for _, o := range out {
+		for _, o := range ownRound(n.nodes[name]) {
 			for _, p := range o.packets {
 				switch {
 				case n.dead[o.to.Name]:
@@ -95,6 +86,19 @@ func (n *failoverNet) round(slow string, consumers ...string) {
 			}
 		}
 	}
+}
+
+// ownRound queues what s's ledger admitted since its last round and runs
+// its owner round, returning the packets it sends.
+func ownRound(s *Syncer) []ownerOut {
+	var own []Counter
+	s.ledger.Drain(func(c Counter) { own = append(own, c) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range own {
+		s.queueLocked(s.self, c, ownTransmits(c, ownerResends))
+	}
+	return s.ownerRoundLocked()
 }
 
 // release delivers the slowed node's held packets, late.

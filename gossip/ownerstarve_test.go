@@ -47,16 +47,7 @@ func (n *failoverNet) starveRound(round int, until map[string]int, inbox map[str
 		if until[name] > round {
 			continue
 		}
-		s := n.nodes[name]
-		var own []Counter
-		s.ledger.Drain(func(c Counter) { own = append(own, c) })
-		s.mu.Lock()
-		for _, c := range own {
-			s.queueLocked(s.self, c, ownTransmits(c, ownerResends))
-		}
-		out := s.ownerRoundLocked()
-		s.mu.Unlock()
-		for _, o := range out {
+		for _, o := range ownRound(n.nodes[name]) {
 			for _, p := range o.packets {
 				send(o.to.Name, p)
 			}
