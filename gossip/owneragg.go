@@ -706,7 +706,7 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 			// of a group this node handed on (it aggregates the key again):
 			// what it heard through another aggregator since is charged
 			// already (20 simulated nodes of 1,000 whose ring flapped ended
-			// ~200 tokens over).
+			// 150-216 tokens over).
 			heard, switched = s.aggHeardElsewhereLocked(k, sender, a.others), true
 		}
 	} else {

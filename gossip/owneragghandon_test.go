@@ -15,12 +15,12 @@ import (
 // above the group's total. Before, one that had been its new aggregator's
 // user took that aggregator's answer on the subscription it had left and
 // was charged everything its group had told it since (1,000 simulated
-// nodes, 10%/min churn, seed 3: 30 nodes 300-440 tokens over); one that
+// nodes, 10%/min churn, seed 3: 28 nodes 108-439 tokens over); one that
 // had never been a user was told the key's whole history by the owner's
 // answer to its own counter, which the owner had only acknowledged while
 // the group was active (one node 1,358 over); and one that aggregated the
 // key again was charged by the owner's first answer to its new group what
-// its aggregator had told it meanwhile (~200 over).
+// its aggregator had told it meanwhile (20 nodes 150-216 over).
 func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name string

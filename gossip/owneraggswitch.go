@@ -81,8 +81,8 @@ func (s *Syncer) aggOwnedHereLocked(rule, key string) bool {
 // (aggHandedFloorLocked) charge only what lies above it. Without that
 // floor, an aggregator that had been a user (its ring flapped) took its
 // old aggregator's answer on the subscription it had left, and was
-// charged everything it had heard through its group since: 30 nodes ended
-// 300-440 tokens over; and one that had never been a user (no aggUse: its
+// charged everything it had heard through its group since: 28 nodes ended
+// 108-439 tokens over; and one that had never been a user (no aggUse: its
 // own counters went to the owner, which only acknowledges an aggregator's
 // own counters while its group is active, and then answers them from
 // where it stopped) was told the key's whole history: 1,358 over (1,000
