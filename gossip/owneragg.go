@@ -133,6 +133,17 @@ type aggUse struct {
 	// owner's answers to that group, which go on while the owner still
 	// holds it active, charge nothing here (aggOwnAnswerLocked).
 	handed uint64
+	// handedUpTo is what this node had heard of the key in window
+	// handedWindow when it handed that group on, at handedAt, in the
+	// numbering of handedFrom (the owner that answered the group; "": no
+	// numbering, the owner never answered it): a subscription that owner
+	// starts here after that, and the first answer this node takes from
+	// an aggregator (while handedSwitch), charge only what lies above
+	// (aggHandOnLocked, owneraggswitch.go).
+	handedUpTo, handedWindow uint64
+	handedFrom               string
+	handedAt                 time.Duration
+	handedSwitch             bool
 	// heardFrom is the aggregator that last answered; subAt when this node
 	// last sent it a counter with nothing new to subscribe (see
 	// aggSubscribeLocked).
@@ -505,9 +516,7 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 			// nowhere: the owner refuses the group counters of a member
 			// no ring names. The group forwards what it holds a last time
 			// and goes; this node's counters go to its aggregator.
-			if u := st.hot[[2]string{k.rule, k.key}]; u != nil {
-				u.handed = g.epoch
-			}
+			s.aggHandOnLocked(k, g, now) // owneraggswitch.go
 			s.writeGroupCounterLocked(k, g, now, groups)
 			s.owner.subs -= len(g.o.subs)
 			delete(s.owner.mine, k)
@@ -683,14 +692,24 @@ func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string)
 // told it. Caller holds s.mu.
 func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ownerAnswer {
 	k := aggKey{a.rule, a.key, a.window}
-	if fromOwner {
-		if g := s.owner.agg.groups[k]; g == nil || g.o != s.owner.mine[k] || a.ackEpoch != g.epoch {
-			return a // an answer to this node's own counters
-		}
-	}
 	var heard uint64
 	switched := false
-	if !fromOwner {
+	if fromOwner {
+		g := s.owner.agg.groups[k]
+		switch {
+		case g == nil || g.o != s.owner.mine[k]:
+			return s.aggHandedFloorLocked(sender, a) // an answer to this node's own counters (owneraggswitch.go)
+		case a.ackEpoch != g.epoch:
+			return a // an answer to this node's own counters
+		case !g.upSet:
+			// The owner's first answer to a new group on the subscription
+			// of a group this node handed on (it aggregates the key again):
+			// what it heard through another aggregator since is charged
+			// already (20 simulated nodes of 1,000 whose ring flapped ended
+			// 150-216 tokens over).
+			heard, switched = s.aggHeardElsewhereLocked(k, sender, a.others), true
+		}
+	} else {
 		heard, switched = s.aggSwitchLocked(k, sender)
 	}
 	if h := s.owner.heard[k]; h != nil {
@@ -731,15 +750,7 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 		// what lies beyond. Its own consumption through that aggregator is
 		// not in what it was told and is charged here once (it admits
 		// less, by that).
-		if u != nil && u.heardFrom != "" && u.heardFrom != sender && u.heardFrom != s.self {
-			if h := s.owner.heard[k]; h != nil {
-				for _, sl := range h.slots {
-					if sl.owner == u.heardFrom && s.sinceBorn()-sl.at <= s.activeTTL() {
-						a.prev = max(a.prev, min(sl.last, a.others))
-					}
-				}
-			}
-		}
+		a.prev = max(a.prev, s.aggHeardElsewhereLocked(k, sender, a.others))
 		return a
 	}
 	if al, balance, ok := s.limitOf(a.rule, a.key); ok {
@@ -751,6 +762,24 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 		a.prev = max(a.prev, heard)
 	}
 	return a
+}
+
+// aggHeardElsewhereLocked is what this node's aggregator other than
+// sender and itself (aggUse.heardFrom) told it of k within an active TTL,
+// at most others (0: none). Caller holds s.mu.
+func (s *Syncer) aggHeardElsewhereLocked(k aggKey, sender string, others uint64) uint64 {
+	u := s.owner.agg.hot[[2]string{k.rule, k.key}]
+	h := s.owner.heard[k]
+	if u == nil || h == nil || u.heardFrom == "" || u.heardFrom == sender || u.heardFrom == s.self {
+		return 0
+	}
+	var told uint64
+	for _, sl := range h.slots {
+		if sl.owner == u.heardFrom && s.sinceBorn()-sl.at <= s.activeTTL() {
+			told = max(told, min(sl.last, others))
+		}
+	}
+	return told
 }
 
 // aggHeardLocked takes an owner's answer (from sender) at an aggregator:

@@ -1,0 +1,178 @@
+package gossip
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// An aggregator that hands its group on (a member joined and took its
+// slots) and goes on as its new aggregator's user is charged what the
+// others consumed once: it heard the key through its group, in the
+// owner's numbering, so an answer after the hand-on charges only what lies
+// above the group's total. Before, one that had been its new aggregator's
+// user took that aggregator's answer on the subscription it had left and
+// was charged everything its group had told it since (1,000 simulated
+// nodes, 10%/min churn, seed 3: 28 nodes 108-439 tokens over); one that
+// had never been a user was told the key's whole history by the owner's
+// answer to its own counter, which the owner had only acknowledged while
+// the group was active (one node 1,358 over); and one that aggregated the
+// key again was charged by the owner's first answer to its new group what
+// its aggregator had told it meanwhile (20 nodes 150-216 over).
+func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		user bool // it was its new aggregator's user before it aggregated the key
+	}{{"was the new aggregator's user", true}, {"never a user", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 20
+			a, _ := newAggSyncer("m000", n)
+			clock := time.Unix(1_800_000_000, 0)
+			a.now = func() time.Time { return clock }
+			a.born = clock.Add(-time.Minute)
+			a.mu.Lock()
+			a.refreshRingLocked()
+			key, joiner, next := handOnKey(a.owner.ring, a.self)
+			owner, _ := a.owner.ring.owners("api", key)
+			a.mu.Unlock()
+			if key == "" {
+				t.Fatal("no key this node aggregates whose slots a joiner takes")
+			}
+			k := aggKey{"api", key, 0}
+			ring := func(join bool) {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if join {
+					a.peers[joiner] = memberlist.Node{Name: joiner, DMax: protoAgg}
+				} else {
+					delete(a.peers, joiner)
+				}
+				a.ownerMemberLocked(joiner)
+				a.refreshRingLocked()
+			}
+			answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
+				t.Helper()
+				clock = clock.Add(a.cfg.GossipInterval)
+				w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
+				w.add(ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
+				charges, err := a.receiveAnswer(w.packets()[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				var tokens uint64
+				for _, c := range charges {
+					tokens += c.tokens
+				}
+				return tokens
+			}
+			group := func() uint64 { // this node aggregates the key (its users' counters made the group)
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				return a.aggGroupLocked(k, a.sinceBorn()).epoch
+			}
+			round := func() {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				a.aggRoundLocked(a.sinceBorn(), uint64(clock.UnixNano()))
+			}
+
+			if tc.user {
+				// Its new aggregator was its aggregator once: it told it 100.
+				ring(true)
+				a.mu.Lock()
+				a.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: a.sinceBorn()}}
+				a.mu.Unlock()
+				if got := answer(next, 1, 0, 100, 0); got != 100 {
+					t.Fatalf("its aggregator's first answer charged %d, want 100", got)
+				}
+				ring(false)
+			}
+			epoch := group()
+			var total uint64
+			total += answer(owner, 7, 0, 1000, epoch) // the owner's first answer to the group: the key at 1,000
+			if !tc.user {
+				total += answer(owner, 8, 0, 0, 1) // its own counter's, only acknowledged
+			}
+			if want := uint64(1000); total+100*b2u(tc.user) != want {
+				t.Fatalf("before the hand-on: charged %d in all, want %d", total+100*b2u(tc.user), want)
+			}
+			ring(true)
+			round() // hands the group on
+			a.mu.Lock()
+			g := a.owner.agg.groups[k]
+			a.mu.Unlock()
+			if g != nil {
+				t.Fatal("the group was not handed on")
+			}
+			steps := []struct {
+				what                    string
+				from                    string
+				gen, prev, others, ackE uint64
+				want                    uint64
+				regroup                 bool
+			}{
+				{what: "its new aggregator's answer: 40 beyond the group's total", from: next, gen: 1, prev: 100, others: 1040, want: 40},
+				{what: "the owner's answer to its own counter, the group idle there", from: owner, gen: 8, prev: 0, others: 1040, ackE: 1, want: 0},
+				{what: "its aggregator's next answer", from: next, gen: 1, prev: 1040, others: 1080, want: 40},
+				{what: "the owner's first answer to the group it makes again", regroup: true, from: owner, gen: 7, prev: 1000, others: 1080, want: 0},
+				{what: "and on from there", from: owner, gen: 7, prev: 1080, others: 1100, want: 20},
+			}
+			if !tc.user {
+				steps[0].gen, steps[0].prev = 3, 1000 // a new subscription, not the one it left
+				steps[2].gen = 3
+			}
+			regrouped := uint64(0)
+			for _, st := range steps {
+				ackE := st.ackE
+				if st.regroup {
+					ring(false)
+					regrouped = group()
+				}
+				if st.from == owner && st.gen == 7 {
+					ackE = regrouped // an answer to the group it made again
+				}
+				got := answer(st.from, st.gen, st.prev, st.others, ackE)
+				if got != st.want {
+					t.Errorf("%s: charged %d, want %d", st.what, got, st.want)
+				}
+			}
+		})
+	}
+}
+
+// handOnKey returns a key that member self is its own aggregator of on
+// ring r, and a joiner that takes its slots without changing the key's
+// owner or replica; next is self's aggregator of the key once it joined.
+func handOnKey(r *ownerRing, self string) (key, joiner, next string) {
+	for i := range 2000 {
+		k := fmt.Sprint("k", i)
+		owner, replica := r.owners("api", k)
+		if owner == self || replica == self || r.aggregatorFor("api", k, self, 0) != self {
+			continue
+		}
+		for j := range 50 {
+			name := fmt.Sprintf("j%03d", j)
+			large := r.with(name, true)
+			if o, rep := large.owners("api", k); o != owner || rep != replica {
+				continue
+			}
+			named := false
+			for slot := range aggFanIn(large.size()) {
+				named = named || large.aggregatorAt(keyHash("api", k), slot, owner, replica) == self
+			}
+			if !named {
+				return k, name, large.aggregatorFor("api", k, self, 0)
+			}
+		}
+	}
+	return "", "", ""
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
