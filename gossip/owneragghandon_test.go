@@ -3,7 +3,6 @@ package gossip
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -28,12 +27,8 @@ func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
 	}{{"was the new aggregator's user", true}, {"never a user", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 20
-			a, _ := newAggSyncer("m000", n)
-			clock := time.Unix(1_800_000_000, 0)
-			a.now = func() time.Time { return clock }
-			a.born = clock.Add(-time.Minute)
+			a, clock := newClockedAggSyncer(n)
 			a.mu.Lock()
-			a.refreshRingLocked()
 			key, joiner, next := handOnKey(a.owner.ring, a.self)
 			owner, _ := a.owner.ring.owners("api", key)
 			a.mu.Unlock()
@@ -54,7 +49,7 @@ func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
 			}
 			answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
 				t.Helper()
-				clock = clock.Add(a.cfg.GossipInterval)
+				*clock = clock.Add(a.cfg.GossipInterval)
 				w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
 				w.add(ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
 				charges, err := a.receiveAnswer(w.packets()[0])

@@ -3,7 +3,6 @@ package gossip
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -20,12 +19,8 @@ import (
 // refused, all one such node's, and 393.9% of allowed admitted).
 func TestAggregatorTheRingNoLongerNamesHandsItsGroupOn(t *testing.T) {
 	const n = 20
-	a, _ := newAggSyncer("m000", n)
-	clock := time.Unix(1_800_000_000, 0)
-	a.now = func() time.Time { return clock }
-	a.born = clock.Add(-time.Minute)
+	a, clock := newClockedAggSyncer(n)
 	a.mu.Lock()
-	a.refreshRingLocked()
 	small := a.owner.ring
 	key, joiner, next := "", "", ""
 	for i := range 2000 { // a key this node is its own aggregator of, and a joiner that takes its slots
@@ -108,7 +103,7 @@ func TestAggregatorTheRingNoLongerNamesHandsItsGroupOn(t *testing.T) {
 				}
 			}
 		}
-		clock = clock.Add(a.cfg.GossipInterval)
+		*clock = clock.Add(a.cfg.GossipInterval)
 	}
 	grouped := func() bool {
 		a.mu.Lock()
@@ -163,7 +158,7 @@ func TestAggregatorTheRingNoLongerNamesHandsItsGroupOn(t *testing.T) {
 		for _, c := range charges {
 			charged += c.tokens
 		}
-		clock = clock.Add(a.cfg.GossipInterval)
+		*clock = clock.Add(a.cfg.GossipInterval)
 	}
 	if charged != 0 {
 		t.Errorf("the owner's answers to the group this node handed on charged it %d", charged)

@@ -15,12 +15,8 @@ import (
 // an aggregator) and the fair floors stood aside meanwhile.
 func TestUserThatBecomesAnAggregatorIsCountedOnce(t *testing.T) {
 	const n = 20
-	a, _ := newAggSyncer("m000", n)
-	clock := time.Unix(1_800_000_000, 0)
-	a.now = func() time.Time { return clock }
-	a.born = clock.Add(-time.Minute)
+	a, clock := newClockedAggSyncer(n)
 	a.mu.Lock()
-	a.refreshRingLocked()
 	r := a.owner.ring
 	key, b, c := "", "", ""
 	for i := range 1000 { // a key this node aggregates, whose own aggregator is another member
@@ -101,7 +97,7 @@ func TestUserThatBecomesAnAggregatorIsCountedOnce(t *testing.T) {
 	}
 	worst := uint64(0)
 	for step := 1; step <= 20; step++ { // every 100 ms for 2 s: c's counters reach this node, which aggregates
-		clock = clock.Add(100 * time.Millisecond)
+		*clock = clock.Add(100 * time.Millisecond)
 		user(uint64(step))
 		own()
 		got := reported(a) + reported(bs)
