@@ -229,6 +229,10 @@ type failover struct {
 	at    uint64
 	owner string
 	ended uint64 // the round it ended, 0 while it lasts (ownerfailover.go)
+	// withheld holds the replica's acknowledgements, applied if the ring
+	// names a third owner (ownerfailovermove.go).
+	withheld    []withheldAck
+	selfCounted bool // the replica is this node, which counts its own counters
 }
 
 // OwnerStats counts owner mode's work; read it with Syncer.OwnerStats.
@@ -433,7 +437,7 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 		if st.failover == nil {
 			st.failover = map[[2]string]failover{}
 		}
-		st.failover[k] = failover{at: st.round, owner: owner}
+		st.failover[k] = failover{at: st.round, owner: owner, withheld: s.stillWithheldLocked(k, owner)} // ownerfailovermove.go
 		delete(st.waiting, k)
 		owner = replica
 		s.ownerLostLocked(rule, key) // ownershare.go

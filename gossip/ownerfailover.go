@@ -59,9 +59,11 @@ func (s *Syncer) failoverRoutesLocked(k [2]string, owner string) bool {
 	case !ok:
 		return false
 	case f.owner != owner:
+		s.applyWithheldLocked(k[0], k[1], f) // ownerfailovermove.go
 		delete(st.failover, k)
 		delete(st.waiting, k) // a new owner: ownerFailover rounds from now
 	case f.ended == 0 && st.round-f.at < ownerFailoverHold:
+		s.replicaMovedLocked(k) // ownerfailovermove.go
 		return true
 	case f.ended == 0:
 		f.ended = st.round
@@ -111,6 +113,9 @@ func (s *Syncer) ackFromLocked(a ownerAnswer, sender, owner string) {
 	}
 	if s.acksLocked(a.rule, a.key, sender, owner) {
 		s.ackLocked(a)
+		s.forgetWithheldLocked(k, sender) // ownerfailovermove.go
+	} else {
+		s.withholdLocked(a, sender) // ownerfailovermove.go
 	}
 }
 
