@@ -26,11 +26,22 @@ package gossip
 // withheld (of its own counter and of its group's), and applies them when
 // the ring names an owner other than A: C counts from what B counted. What
 // B acknowledged B counted and answered, and A, had it counted it too, is
-// no longer the owner: C counting it again was the failover twice. An
-// answer of A forgets them (A counts from its own acknowledgements); a
-// failover from A that starts again once its hold is over, A silent
-// still, keeps them. Tested by
-// TestFailoverMovedToAJoinerCountsFromTheReplica.
+// no longer the owner: C counting it again was the failover twice. The
+// same when a joiner takes B's place as the replica (the failover goes on
+// to it, which counted everything B had, and the nodes' charge-once
+// pairs, their replica gone, charged its answers whole: with the owner's
+// move alone, 300 simulated nodes whose replica was churned out too, seed
+// 30, ended ~9,500 tokens over each), and for B's own counters, which B counted in its
+// own aggregate (ownerRoundLocked) and which went on to C with A's prev
+// (five bare syncers, a joiner the owner: B's consumption during the
+// failover charged to the three others twice, 588 for 468; 820 with no
+// acknowledgement applied, 471 now). An answer of A forgets them (A counts
+// from its own acknowledgements); a failover from A that starts again once
+// its hold is over, A silent still, keeps them. What B acknowledged and
+// had not yet told the others when it stopped answering (its last
+// interval, at most) no one counts again: the cluster admits that much
+// more. Tested by TestFailoverMovedToAJoinerCountsFromTheReplica and
+// TestJoinerOwnerOfAFailedOverKeyChargesOnce.
 
 // withheldAcks is the most acknowledgements of a replica a failover keeps:
 // this node's own counter's and its group's, in a window or two.
