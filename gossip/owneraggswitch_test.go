@@ -3,8 +3,6 @@ package gossip
 import (
 	"fmt"
 	"testing"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // A user whose aggregator moves when a member joins, and moves back when
@@ -45,31 +43,11 @@ func TestSwitchedUserIsChargedOnce(t *testing.T) {
 	// Told by the owner to aggregate, at the owner's total 1,000.
 	s.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: s.sinceBorn(), baseSet: true, base: 1000}}
 	s.mu.Unlock()
-	ring := func(join bool) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if join {
-			s.peers[joiner] = memberlist.Node{Name: joiner, DMax: protoAgg}
-		} else {
-			delete(s.peers, joiner)
-		}
-		s.ownerMemberLocked(joiner)
-		s.refreshRingLocked()
-	}
+	ring := func(join bool) { setAggMember(s, joiner, join) }
 	answer := func(from string, gen, prev, others uint64) uint64 {
 		t.Helper()
 		*clock = clock.Add(s.cfg.GossipInterval)
-		w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
-		w.add(ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others})
-		charges, err := s.receiveAnswer(w.packets()[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		var tokens uint64
-		for _, c := range charges {
-			tokens += c.tokens
-		}
-		return tokens
+		return answerCharged(t, s, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others})
 	}
 	steps := []struct {
 		what       string
