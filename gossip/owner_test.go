@@ -116,6 +116,21 @@ func (w *answerWriter) with(a ownerAnswer) []byte {
 	return w.packets()[0]
 }
 
+// answerCharged has s receive answer a from sender, stamped at, in one
+// packet, and returns the tokens the answer charges (tests).
+func answerCharged(t testing.TB, s *Syncer, sender string, at time.Time, a ownerAnswer) uint64 {
+	t.Helper()
+	charges, err := s.receiveAnswer((&answerWriter{limit: 1400, sender: sender, at: uint64(at.UnixNano())}).with(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens uint64
+	for _, c := range charges {
+		tokens += c.tokens
+	}
+	return tokens
+}
+
 // An owner-counters packet is a stamped counters packet under kind 4, and
 // decodes back to its counters.
 func TestOwnerCountersWire(t *testing.T) {

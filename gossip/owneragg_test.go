@@ -40,6 +40,20 @@ func newClockedAggSyncer(n int) (*Syncer, *time.Time) {
 	return s, clock
 }
 
+// setAggMember has s see member name, which speaks aggregation, join (in)
+// or leave, and rebuilds its ring.
+func setAggMember(s *Syncer, name string, in bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in {
+		s.peers[name] = memberlist.Node{Name: name, DMax: protoAgg}
+	} else {
+		delete(s.peers, name)
+	}
+	s.ownerMemberLocked(name)
+	s.refreshRingLocked()
+}
+
 func TestAggFanIn(t *testing.T) {
 	for _, tc := range []struct{ n, want int }{
 		{1, 2}, {4, 2}, {5, 4}, {16, 4}, {17, 8}, {100, 16}, {1000, 32}, {3000, 64}, {10000, 128},
@@ -397,16 +411,7 @@ func TestAggregatorsOwnCounterAnswerChargesNothing(t *testing.T) {
 		{"an answer to its group", g.epoch, 8, 415},
 	} {
 		*clock = clock.Add(s.cfg.GossipInterval)
-		w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
-		w.add(ownerAnswer{rule: "api", key: "k", gen: tc.gen, prev: 0, others: 415, ackEpoch: tc.ackEpoch})
-		charges, err := s.receiveAnswer(w.packets()[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got uint64
-		for _, c := range charges {
-			got += c.tokens
-		}
+		got := answerCharged(t, s, owner, *clock, ownerAnswer{rule: "api", key: "k", gen: tc.gen, prev: 0, others: 415, ackEpoch: tc.ackEpoch})
 		if got != tc.want {
 			t.Errorf("%s: charged %d, want %d", tc.what, got, tc.want)
 		}

@@ -39,17 +39,8 @@ func TestReorderedFirstAnswerAddsNothingToTheGroup(t *testing.T) {
 	answer := func(from string, gen, prev, others uint64) uint64 {
 		t.Helper()
 		*clock = clock.Add(10 * time.Microsecond)
-		b := (&answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}).with(ownerAnswer{
+		return answerCharged(t, s, from, *clock, ownerAnswer{
 			rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: g.epoch, ackUsed: 5})
-		charges, err := s.receiveAnswer(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var tokens uint64
-		for _, c := range charges {
-			tokens += c.tokens
-		}
-		return tokens
 	}
 	told := func() uint64 { // what the group tells its user: others in the owner's numbering
 		s.mu.Lock()

@@ -3,8 +3,6 @@ package gossip
 import (
 	"fmt"
 	"testing"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // An aggregator that hands its group on (a member joined and took its
@@ -36,31 +34,11 @@ func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
 				t.Fatal("no key this node aggregates whose slots a joiner takes")
 			}
 			k := aggKey{"api", key, 0}
-			ring := func(join bool) {
-				a.mu.Lock()
-				defer a.mu.Unlock()
-				if join {
-					a.peers[joiner] = memberlist.Node{Name: joiner, DMax: protoAgg}
-				} else {
-					delete(a.peers, joiner)
-				}
-				a.ownerMemberLocked(joiner)
-				a.refreshRingLocked()
-			}
+			ring := func(join bool) { setAggMember(a, joiner, join) }
 			answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
 				t.Helper()
 				*clock = clock.Add(a.cfg.GossipInterval)
-				w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
-				w.add(ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
-				charges, err := a.receiveAnswer(w.packets()[0])
-				if err != nil {
-					t.Fatal(err)
-				}
-				var tokens uint64
-				for _, c := range charges {
-					tokens += c.tokens
-				}
-				return tokens
+				return answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
 			}
 			group := func() uint64 { // this node aggregates the key (its users' counters made the group)
 				a.mu.Lock()

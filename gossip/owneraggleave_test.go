@@ -1,11 +1,6 @@
 package gossip
 
-import (
-	"fmt"
-	"testing"
-
-	"github.com/hashicorp/memberlist"
-)
+import "testing"
 
 // An aggregator of a key that a membership change leaves unnamed by the
 // ring (a member joined and took its slots) hands its group on: the group
@@ -21,46 +16,14 @@ func TestAggregatorTheRingNoLongerNamesHandsItsGroupOn(t *testing.T) {
 	const n = 20
 	a, clock := newClockedAggSyncer(n)
 	a.mu.Lock()
-	small := a.owner.ring
-	key, joiner, next := "", "", ""
-	for i := range 2000 { // a key this node is its own aggregator of, and a joiner that takes its slots
-		k := fmt.Sprint("k", i)
-		owner, replica := small.owners("api", k)
-		if owner == a.self || replica == a.self || small.aggregatorFor("api", k, a.self, 0) != a.self {
-			continue
-		}
-		for j := range 50 {
-			name := fmt.Sprintf("j%03d", j)
-			large := small.with(name, true)
-			if o, r := large.owners("api", k); o != owner || r != replica {
-				continue
-			}
-			named := false
-			for slot := range aggFanIn(large.size()) {
-				named = named || large.aggregatorAt(keyHash("api", k), slot, owner, replica) == a.self
-			}
-			if !named {
-				key, joiner, next = k, name, large.aggregatorFor("api", k, a.self, 0)
-				break
-			}
-		}
-		if key != "" {
-			break
-		}
-	}
-	owner, _ := small.owners("api", key)
+	key, joiner, next := handOnKey(a.owner.ring, a.self) // a key this node is its own aggregator of, and a joiner that takes its slots
+	owner, _ := a.owner.ring.owners("api", key)
 	a.mu.Unlock()
 	if key == "" {
 		t.Fatal("no key this node aggregates whose slots a joiner takes")
 	}
 	k := aggKey{"api", key, 0}
-	join := func(s *Syncer) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.peers[joiner] = memberlist.Node{Name: joiner, DMax: protoAgg}
-		s.ownerMemberLocked(joiner)
-		s.refreshRingLocked()
-	}
+	join := func(s *Syncer) { setAggMember(s, joiner, true) }
 	// The key's owner (a fresh one: the replica that took the key over, say)
 	// and this node's aggregator on the new ring, which both know the joiner.
 	peers := map[string]*Syncer{}
@@ -149,15 +112,7 @@ func TestAggregatorTheRingNoLongerNamesHandsItsGroupOn(t *testing.T) {
 	// tells it, and charge nothing.
 	var charged uint64
 	for i := range uint64(3) {
-		w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
-		w.add(ownerAnswer{rule: "api", key: key, gen: 7, prev: 1000 + 40*i, others: 1040 + 40*i, ackEpoch: epoch, ackUsed: before})
-		charges, err := a.receiveAnswer(w.packets()[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range charges {
-			charged += c.tokens
-		}
+		charged += answerCharged(t, a, owner, *clock, ownerAnswer{rule: "api", key: key, gen: 7, prev: 1000 + 40*i, others: 1040 + 40*i, ackEpoch: epoch, ackUsed: before})
 		*clock = clock.Add(a.cfg.GossipInterval)
 	}
 	if charged != 0 {

@@ -39,15 +39,7 @@ func TestAggregatorsLateOwnAnswerChargesWhatTheGroupTookAsHeard(t *testing.T) {
 		var got uint64
 		for _, a := range order {
 			*clock = clock.Add(time.Millisecond)
-			w := &answerWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}
-			w.add(a)
-			charges, err := s.receiveAnswer(w.packets()[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range charges {
-				got += c.tokens
-			}
+			got += answerCharged(t, s, owner, *clock, a)
 		}
 		if got != 19 {
 			t.Errorf("group's answer first %v: charged %d, want the 19 others' tokens once", groupFirst, got)
@@ -69,17 +61,7 @@ func TestAnswerAfterTheNoticeIsNotChargedTwice(t *testing.T) {
 	send := func(from string, a ownerAnswer) uint64 {
 		t.Helper()
 		*clock = clock.Add(time.Millisecond)
-		w := &answerWriter{limit: 1400, sender: from, at: uint64(clock.UnixNano())}
-		w.add(a)
-		charges, err := s.receiveAnswer(w.packets()[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got uint64
-		for _, c := range charges {
-			got += c.tokens
-		}
-		return got
+		return answerCharged(t, s, from, *clock, a)
 	}
 	got := send(owner, ownerAnswer{rule: "api", key: "k", gen: 7, prev: 0, others: 1, ackEpoch: 5, ackUsed: 1})
 	nw := &noticeWriter{limit: 1400, sender: owner, at: uint64(clock.UnixNano())}

@@ -130,11 +130,7 @@ func (s *Syncer) countedChargeLocked(k aggKey, origin string, tokens uint64, now
 	}
 	if p == nil {
 		if len(s.owner.pairs.echo) >= s.cfg.MaxSeen {
-			for k, p := range s.owner.pairs.echo {
-				if now-p.last > s.activeTTL() {
-					delete(s.owner.pairs.echo, k)
-				}
-			}
+			sweepIdle(s.owner.pairs.echo, now, s.activeTTL(), func(p *echoPair) time.Duration { return p.last })
 			if len(s.owner.pairs.echo) >= s.cfg.MaxSeen {
 				return tokens
 			}

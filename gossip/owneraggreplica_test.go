@@ -85,12 +85,7 @@ func TestReplicaOfAnAggregatedKeyIsChargedOnce(t *testing.T) {
 		t.Fatalf("the replica hears the key through aggregator %q: the test does not test an aggregated key", agg)
 	}
 	n.dead["o"] = true
-	base := map[string]uint64{}
-	usedAt := map[string]uint64{}
-	for _, name := range live {
-		base[name] = n.ledgers[name].charged["api/"+n.key]
-		usedAt[name] = n.used[name]
-	}
+	base, usedAt := n.tally(live)
 	groups := 0
 	for range 200 {
 		n.round("", live...)
@@ -99,14 +94,7 @@ func TestReplicaOfAnAggregatedKeyIsChargedOnce(t *testing.T) {
 	if groups == 0 {
 		t.Fatal("no aggregator failed over to the replica: the test does not test it")
 	}
-	mid := map[string]uint64{}
-	for _, name := range live {
-		mid[name] = n.ledgers[name].charged["api/"+n.key]
-	}
-	midUsed := map[string]uint64{}
-	for _, name := range live {
-		midUsed[name] = n.used[name]
-	}
+	mid, midUsed := n.tally(live)
 	n.bury("o")
 	for range 40 {
 		n.round("", live...)
@@ -283,21 +271,8 @@ func TestEchoPairChargesTheLarger(t *testing.T) {
 			s, _ := newClockedAggSyncer(20)
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			key := ""
-			for i := range 10000 {
-				k := fmt.Sprint("k", i)
-				if owner, replica := s.owner.ring.owners("api", k); replica == s.self && owner != a && owner != b {
-					key = k
-					break
-				}
-			}
-			if key == "" {
-				t.Fatal("no key this node replicates")
-			}
-			k := aggKey{"api", key, 0}
 			now := s.sinceBorn()
-			s.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: now, heardFrom: a}}
-			s.owner.heard = map[aggKey]*heardKey{k: {slots: [2]heardSlot{{owner: a, gen: 1, at: now}}}}
+			k := echoedKey(t, s, a, b, now)
 			o := s.aggregateFor(k)
 			o.subs[aggGroupPrefix+a] = &ownerSub{agg: &aggSub{group: true, heard: now}}
 			for i, st := range tt.steps {
@@ -323,4 +298,22 @@ func TestEchoPairChargesTheLarger(t *testing.T) {
 			}
 		})
 	}
+}
+
+// echoedKey returns a key s replicates whose owner is neither agg nor
+// other, and has s hear it through aggregator agg at now (its hot use and
+// heard slot). Caller holds s.mu.
+func echoedKey(t *testing.T, s *Syncer, agg, other string, now time.Duration) aggKey {
+	t.Helper()
+	for i := range 10000 {
+		key := fmt.Sprint("k", i)
+		if owner, replica := s.owner.ring.owners("api", key); replica == s.self && owner != agg && owner != other {
+			k := aggKey{"api", key, 0}
+			s.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: now, heardFrom: agg}}
+			s.owner.heard = map[aggKey]*heardKey{k: {slots: [2]heardSlot{{owner: agg, gen: 1, at: now}}}}
+			return k
+		}
+	}
+	t.Fatal("no key this node replicates")
+	return aggKey{}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // switchNet is a bare syncer of a 64-member ring, a user of key (told by
@@ -49,35 +47,14 @@ func newSwitchNet(t *testing.T) *switchNet {
 }
 
 // ring adds the joiner to the ring (join) or takes it out.
-func (n *switchNet) ring(join bool) {
-	s := n.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if join {
-		s.peers[n.joiner] = memberlist.Node{Name: n.joiner, DMax: protoAgg}
-	} else {
-		delete(s.peers, n.joiner)
-	}
-	s.ownerMemberLocked(n.joiner)
-	s.refreshRingLocked()
-}
+func (n *switchNet) ring(join bool) { setAggMember(n.s, n.joiner, join) }
 
 // answer delivers an answer of the key from aggregator from, an interval
 // on, and returns what it charged.
 func (n *switchNet) answer(from string, gen, prev, others uint64) uint64 {
 	n.t.Helper()
 	*n.clock = n.clock.Add(n.s.cfg.GossipInterval)
-	w := &answerWriter{limit: 1400, sender: from, at: uint64(n.clock.UnixNano())}
-	w.add(ownerAnswer{rule: "api", key: n.key, gen: gen, prev: prev, others: others})
-	charges, err := n.s.receiveAnswer(w.packets()[0])
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	var tokens uint64
-	for _, c := range charges {
-		tokens += c.tokens
-	}
-	return tokens
+	return answerCharged(n.t, n.s, from, *n.clock, ownerAnswer{rule: "api", key: n.key, gen: gen, prev: prev, others: others})
 }
 
 // A user whose aggregator moves when a member joins, and moves back when

@@ -158,11 +158,7 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 		}
 		if now-s.owner.pairs.swept > s.subTTL() { // forget pairs of keys no longer answered
 			s.owner.pairs.swept = now
-			for k, p := range s.owner.pairs.m {
-				if now-p.lastB > s.subTTL() {
-					delete(s.owner.pairs.m, k)
-				}
-			}
+			sweepIdle(s.owner.pairs.m, now, s.subTTL(), func(p *chargePair) time.Duration { return p.lastB })
 		}
 		if len(s.owner.pairs.m) >= s.cfg.MaxSeen {
 			return tokens

@@ -209,6 +209,17 @@ func (n *failoverNet) bury(name string) {
 	}
 }
 
+// tally returns what each of names has been charged for n.key and has
+// consumed so far.
+func (n *failoverNet) tally(names []string) (charged, used map[string]uint64) {
+	charged, used = map[string]uint64{}, map[string]uint64{}
+	for _, name := range names {
+		charged[name] = n.ledgers[name].charged["api/"+n.key]
+		used[name] = n.used[name]
+	}
+	return charged, used
+}
+
 // An owner that dies (kill -9: it sends and hears nothing) is still failed
 // over from within ownerFailover rounds: its contributors send to the
 // replica, which answers them, and every live node is charged what the
@@ -226,14 +237,7 @@ func TestDeadOwnerIsFailedOver(t *testing.T) {
 	n.dead["o"] = true
 	// What each live node was charged and the others had consumed when the
 	// owner died: an answer covers at most the round before.
-	base := map[string]uint64{}
-	for _, name := range live {
-		base[name] = n.ledgers[name].charged["api/"+n.key]
-	}
-	usedAt := map[string]uint64{}
-	for _, name := range live {
-		usedAt[name] = n.used[name]
-	}
+	base, usedAt := n.tally(live)
 	check := func(when string, slack uint64) {
 		t.Helper()
 		for _, name := range live {

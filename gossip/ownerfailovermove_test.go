@@ -168,38 +168,23 @@ func TestJoinerOwnerOfAFailedOverKeyChargesOnce(t *testing.T) {
 	}
 	n := newFailoverNet(t, append(append([]string{}, names...), joiner)...)
 	n.key = key
-	member := func(name string, join bool) {
-		for other, s := range n.nodes {
-			if other == name {
-				continue
-			}
-			s.mu.Lock()
-			if join {
-				s.peers[name] = memberlist.Node{Name: name, DMax: protoOwner}
-			} else {
-				delete(s.peers, name)
-			}
-			s.ownerMemberLocked(name)
-			s.members.Store(int64(len(s.peers) + 1))
-			s.mu.Unlock()
-		}
-	}
-	member(joiner, false) // not yet a member
+	n.bury(joiner) // not yet a member
 	n.dead[joiner] = true
 	live := []string{"r", "x", "y", "z"}
 	for range 20 {
 		n.round("", names...)
 	}
 	n.dead["o"] = true
-	base, usedAt := map[string]uint64{}, map[string]uint64{}
-	for _, name := range live {
-		base[name], usedAt[name] = n.ledgers[name].charged["api/"+key], n.used[name]
-	}
+	base, usedAt := n.tally(live)
 	for range ownerFailover + 100 {
 		n.round("", live...)
 	}
 	n.dead[joiner] = false
-	member(joiner, true)
+	for other, s := range n.nodes { // the joiner joins
+		if other != joiner {
+			setOwnerMember(s, joiner)
+		}
+	}
 	for range 40 {
 		n.round("", live...)
 	}
@@ -220,4 +205,13 @@ func TestJoinerOwnerOfAFailedOverKeyChargesOnce(t *testing.T) {
 			t.Errorf("%s charged %d since the owner died, the live others consumed %d (slack %d)", name, got, others, slack)
 		}
 	}
+}
+
+// setOwnerMember has s see member name, which speaks owner mode, join.
+func setOwnerMember(s *Syncer, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.peers[name] = memberlist.Node{Name: name, DMax: protoOwner}
+	s.ownerMemberLocked(name)
+	s.members.Store(int64(len(s.peers) + 1))
 }
