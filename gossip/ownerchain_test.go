@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -302,4 +303,82 @@ func TestOnlyTheOwnersAnswersEndTheWaitForIt(t *testing.T) {
 			t.Errorf("%s charged %d of the %d the live others consumed since the owner was dropped: want within %d", name, got, others, slack)
 		}
 	}
+}
+
+// An aggregated key whose owner and replica both die is counted by its
+// third: the aggregators' group counters, unanswered by the replica, go on
+// to the third, which counts them (and is charged them once, paired with
+// its own aggregator's answers), and every live node is charged what the
+// others consumed since the replica died, while both dead are members and
+// after the ring drops them. Before, no group was counted until then, and
+// every group admitted on its aggregator's own balance (300 simulated
+// nodes: 17 times the limit a second).
+func TestAggregatedKeyFailsOverToTheThird(t *testing.T) {
+	names := []string{"o", "r", "t"}
+	for i := range 10 {
+		names = append(names, fmt.Sprintf("u%02d", i))
+	}
+	n := newFailoverNet(t, names...).withSends(4)
+	ring := newOwnerRing(names)
+	for i := 0; n.key == ""; i++ {
+		k := fmt.Sprint("k", i)
+		o, r := ring.owners("api", k)
+		_, _, aggs := ring.aggregatorsOf("api", k)
+		if o == "o" && r == "r" && ring.third("api", k) == "t" && !slices.Contains(aggs, "t") {
+			n.key = k
+		}
+		if i > 100000 {
+			t.Fatal("no key chained by o, r, t whose third aggregates none of it")
+		}
+	}
+	live := names[2:]
+	for range 100 {
+		n.round("", n.names...)
+	}
+	n.dead["o"] = true
+	for range 30 {
+		n.round("", names[1:]...)
+	}
+	n.dead["r"] = true
+	base, usedAt := map[string]uint64{}, map[string]uint64{}
+	for _, name := range live {
+		base[name], usedAt[name] = n.ledgers[name].charged["api/"+n.key], n.used[name]
+	}
+	groups := 0
+	for range 200 {
+		n.round("", live...)
+		groups = max(groups, n.nodes["t"].AggStats().GroupEntries)
+	}
+	// As TestReplicaOfAnAggregatedKeyIsChargedOnce: a few rounds of the
+	// others' consumption in flight when groups moved.
+	slack := 3 * uint64(len(live)-1)
+	check := func(when string) {
+		t.Helper()
+		for _, name := range live {
+			var others uint64
+			for _, m := range live {
+				if m != name {
+					others += n.used[m] - usedAt[m]
+				}
+			}
+			got := n.ledgers[name].charged["api/"+n.key] - base[name]
+			t.Logf("%s: %s charged %d since the replica died, the others consumed %d", when, name, got, others)
+			if got > others+slack || got+slack < others {
+				t.Errorf("%s: %s charged %d since the replica died, the others consumed %d: want within %d", when, name, got, others, slack)
+			}
+		}
+	}
+	check("both dead, still members")
+	if groups == 0 {
+		t.Fatal("no aggregator failed over to the third: the test does not test it")
+	}
+	n.bury("o")
+	n.bury("r")
+	for range 40 {
+		n.round("", live...)
+	}
+	for range 600 {
+		n.round("")
+	}
+	check("both buried, settled")
 }
