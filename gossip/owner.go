@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -88,7 +89,8 @@ const (
 // (then tries the owner again): an owner that died is replaced in a few
 // intervals, not after memberlist's failure detection (seconds). The
 // replica aggregates what it is sent as any node does, and its answers are
-// taken (a key's replica may answer for it).
+// taken (a key's replica may answer for it). A replica silent as long
+// sends them on to the key's third member (ownerchain.go).
 const (
 	ownerFailover     = 16
 	ownerFailoverHold = 512
@@ -229,10 +231,13 @@ type failover struct {
 	at    uint64
 	owner string
 	ended uint64 // the round it ended, 0 while it lasts (ownerfailover.go)
-	// withheld holds the replica's acknowledgements, applied if the ring
-	// names a third owner (ownerfailovermove.go).
-	withheld    []withheldAck
-	selfCounted bool // the replica is this node, which counts its own counters
+	// sent is the round of the first send to the replica it has not
+	// answered (0: none), third the third member the counters go to as
+	// well since the replica left them unanswered ("": none; ownerchain.go).
+	sent  uint64
+	third string
+	// replica is the replica it went to, as last seen (ownerfailovermove.go).
+	replica string
 }
 
 // OwnerStats counts owner mode's work; read it with Syncer.OwnerStats.
@@ -366,14 +371,15 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 			continue
 		}
 		owner := s.ownerForLocked(k.rule, k.key)
-		also := s.failoverAlsoLocked(k.rule, k.key, owner) // the owner, while failed over from it (ownerfailover.go)
+		also := s.failoverAlsoLocked(k.rule, k.key, owner) // the owner (and the replica), while failed over (ownerfailover.go, ownerchain.go)
+		third := s.chainThirdLocked(aggKey{k.rule, k.key, k.window})
 		if owner == s.self || owner == "" {
-			s.aggregateOwnLocked(p.c, now)
-			if also == "" {
+			s.aggregateOwnLocked(chainCounter(p.c, p.rack, third != "" && owner == third), now) // ownerchain.go
+			if also == ([2]string{}) {
 				s.dropPendingLocked(k)
 				continue
 			}
-			owner = "" // the replica's own, failed over: counted here once, still sent to the owner
+			owner = "" // the replica's (or third's) own, failed over: counted here once, still sent to the owner
 		}
 		p.transmits--
 		if p.transmits < maxAge {
@@ -383,7 +389,7 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 		if p.transmits < 0 && -p.transmits%ownerBackoff != 0 {
 			continue
 		}
-		for _, to := range [2]string{owner, also} {
+		for _, to := range [3]string{owner, also[0], also[1]} {
 			if to == "" {
 				continue
 			}
@@ -392,7 +398,7 @@ func (s *Syncer) ownerRoundLocked() []ownerOut {
 				w = newPacketWriter(s.self, s.cfg.PacketSize)
 				writers[to] = w
 			}
-			w.add(s.self, p.c)
+			w.add(s.self, chainCounter(p.c, p.rack, third != "" && to == third)) // ownerchain.go: a third counts from where the replica did
 		}
 	}
 	var out []ownerOut
@@ -423,8 +429,9 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 		delete(st.failover, k)
 		return owner
 	}
-	if s.failoverRoutesLocked(k, owner) { // ownerfailover.go
-		owner = replica
+	routed := s.failoverRoutesLocked(k, owner) // ownerfailover.go
+	if routed {
+		owner = cmp.Or(s.chainRoutesLocked(k, replica), replica) // ownerchain.go
 	}
 	at, ok := st.waiting[k]
 	switch {
@@ -433,11 +440,11 @@ func (s *Syncer) ownerForLocked(rule, key string) string {
 			st.waiting = map[[2]string]uint64{}
 		}
 		st.waiting[k] = st.round
-	case ok && st.round-at >= ownerFailover && owner != replica && s.failoverRoomLocked(k):
+	case ok && st.round-at >= ownerFailover && !routed && s.failoverRoomLocked(k):
 		if st.failover == nil {
 			st.failover = map[[2]string]failover{}
 		}
-		st.failover[k] = failover{at: st.round, owner: owner, withheld: s.stillWithheldLocked(k, owner)} // ownerfailovermove.go
+		st.failover[k] = failover{at: st.round, owner: owner}
 		delete(st.waiting, k)
 		owner = replica
 		s.ownerLostLocked(rule, key) // ownershare.go
@@ -748,7 +755,7 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 			return
 		}
 		a, at, ok := in.admit(origin, c)
-		if !ok {
+		if !ok || s.chainRefusesLocked(aggKey{c.Rule, c.Key, c.Window}) { // ownerchain.go
 			return
 		}
 		if tokens := s.replicaChargeLocked(origin, c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), at, in.now); tokens > 0 { // ownerchargeonce.go
@@ -783,8 +790,8 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 	others := max(1, s.othersLocked())
 	for _, a := range answers {
 		owner, replica := s.owner.ring.owners(a.rule, a.key)
-		fromOwner := sender == owner || sender == replica
-		if !fromOwner && !s.aggAcceptLocked(a.rule, a.key, a.window, sender) { // owneragg.go
+		fromOwner := sender == owner || sender == replica || s.chainFromLocked(a.rule, a.key, sender) // ownerchain.go
+		if !fromOwner && !s.aggAcceptLocked(a.rule, a.key, a.window, sender) {                        // owneragg.go
 			s.ownerRefused.Add(1)
 			continue
 		}
@@ -799,7 +806,8 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 			}
 		}
 		if fromOwner {
-			s.ackFromLocked(a, sender, owner) // ownerfailover.go
+			s.ackFromLocked(a, sender, owner)                                    // ownerfailover.go
+			s.chainHeardLocked([2]string{a.rule, a.key}, sender, owner, replica) // ownerchain.go: the replica lives
 		} else {
 			s.ackLocked(a) // an aggregator's answer acknowledges what it counted (owneragg.go)
 		}

@@ -185,13 +185,16 @@ func (s *Syncer) aggViewHeardLocked(a ownerAnswer) {
 // group's own consumption.
 type aggGroup struct {
 	o     *ownedKey
-	epoch uint64        // names the group in its counters
-	up    uint64        // the owner's others in the owner's numbering: its first answer, then what each adds
-	upSet bool          // the owner answered once
-	acked uint64        // the group's sum the owner acknowledged
-	heard time.Duration // the last counter of a user (or of this node)
-	upAt  time.Duration // the last answer of the owner; -1: none
-	view  aggUpView     // the owner's last balance (owneraggbalance.go)
+	epoch uint64 // names the group in its counters
+	up    uint64 // the owner's others in the owner's numbering: its first answer, then what each adds
+	upSet bool   // the owner answered once
+	acked uint64 // the group's sum the owner acknowledged
+	// racked is the group's sum a replica or third counted without
+	// acknowledging it: a third is sent the group from there (ownerchain.go).
+	racked uint64
+	heard  time.Duration // the last counter of a user (or of this node)
+	upAt   time.Duration // the last answer of the owner; -1: none
+	view   aggUpView     // the owner's last balance (owneraggbalance.go)
 	// fanAt is when its users were last answered at once; fanDue that an
 	// owner's answer came within half an interval of it, so its users are
 	// answered at this node's next round instead (at most about two
@@ -639,9 +642,11 @@ func (s *Syncer) aggForwardLocked(keys []aggKey, now time.Duration) {
 // first answer ends the failover. Caller holds s.mu.
 func (s *Syncer) writeGroupCounterLocked(k aggKey, g *aggGroup, now time.Duration, writers map[string]*packetWriter) {
 	if to, c, users, ok := s.groupCounterLocked(k, g, now); ok {
-		s.writerTo(writers, to).addEntry(s.self, c, users, true)
-		if also := s.failoverAlsoLocked(k.rule, k.key, to); also != "" {
-			s.writerTo(writers, also).addEntry(s.self, c, users, true)
+		s.writerTo(writers, to).addEntry(s.self, chainCounter(c, g.racked, to == s.chainThirdLocked(k)), users, true) // ownerchain.go
+		for _, also := range s.failoverAlsoLocked(k.rule, k.key, to) {                                                // ownerchain.go: the replica too, while at the third
+			if also != "" {
+				s.writerTo(writers, also).addEntry(s.self, c, users, true)
+			}
 		}
 	}
 }
@@ -808,6 +813,8 @@ func (s *Syncer) aggHeardLocked(sender string, a ownerAnswer, tokens, below uint
 	}
 	if ack {
 		g.acked = max(g.acked, a.ackUsed)
+	} else {
+		g.racked = max(g.racked, a.ackUsed) // ownerchain.go
 	}
 	g.upAt = now
 	g.view.note(a, now) // owneraggbalance.go

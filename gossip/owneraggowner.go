@@ -192,7 +192,7 @@ func (s *Syncer) answerGroupsLocked(k aggKey, from string, now time.Duration, at
 func (s *Syncer) groupCountLocked(bounded bool, a Allowance, origin string, c Counter, groupUsers uint64, at, now time.Duration) (uint64, aggKey, bool) {
 	k := aggKey{c.Rule, c.Key, c.Window}
 	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
-	if owner != s.self && replica != s.self {
+	if owner != s.self && replica != s.self && (!s.thirdHereLocked(k) || s.groupHereLocked(k)) { // the third counts a failed-over group (ownerchain.go)
 		return 0, k, false
 	}
 	users := s.aggUsersLocked(c.Rule, c.Key, origin)

@@ -75,7 +75,7 @@ func (p *echoPair) due() uint64 {
 // aggregator's answers. Caller holds s.mu.
 func (s *Syncer) aggEchoLocked(k aggKey, now time.Duration) string {
 	owner, replica := s.owner.ring.owners(k.rule, k.key)
-	if replica != s.self || owner == s.self {
+	if owner == s.self || replica != s.self && !s.thirdHereLocked(k) { // the third counts as the replica does (ownerchain.go)
 		return ""
 	}
 	u := s.owner.agg.hot[[2]string{k.rule, k.key}]

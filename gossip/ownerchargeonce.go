@@ -53,13 +53,17 @@ func (s *Syncer) replicaChargeLocked(origin string, c Counter, tokens uint64, at
 		return 0
 	}
 	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
-	if replica != s.self || owner == s.self {
+	if owner == s.self || replica != s.self && !s.thirdHereLocked(aggKey{c.Rule, c.Key, c.Window}) { // the third counts as the replica does (ownerchain.go)
 		return tokens
 	}
 	if k := (aggKey{c.Rule, c.Key, c.Window}); s.aggEchoLocked(k, now) != "" {
 		return s.countedChargeLocked(k, origin, tokens, now) // it hears the key through an aggregator (owneraggreplica.go)
 	}
-	return s.chargeOnceLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, tokens, at, now)
+	third := ""
+	if replica != s.self {
+		third = s.self // the third counts the failed-over counters (ownerchain.go)
+	}
+	return s.chargeChainLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, third, tokens, at, now)
 }
 
 // ownerLateLocked reports whether owner is late to this node for key k:
@@ -134,8 +138,20 @@ type chargePairs struct {
 type chargePair struct {
 	a, b       string
 	sumA, sumB uint64
-	lastB      time.Duration // the replica's last answer, since born
+	lastB      time.Duration // the replica's (or the third's) last answer, since born
+	// c is the key's third member once this node failed the key over to
+	// it, and sumC what its answers charged since (ownerchain.go): the
+	// owner's and the replica's aggregates count all it counts.
+	// baseB is sumB when the third first answered: the third counts this
+	// node's counters from where the replica counted them (chainCounter),
+	// so its sum continues the replica's from there.
+	c           string
+	sumC, baseB uint64
 }
+
+// most is the largest of the pair's accounts: the owner's, the replica's,
+// and the replica's up to the third's first answer with the third's since.
+func (p *chargePair) most() uint64 { return max(p.sumA, p.sumB, p.baseB+p.sumC) }
 
 // chargeOnceLocked returns what of tokens, charged by sender's answer of k,
 // this node charges: during a failover, only what lifts the larger of the
@@ -143,14 +159,24 @@ type chargePair struct {
 // and replica are the key's on the ring now; sent is when what charges
 // was sent (now for an answer, ownerLateLocked). Caller holds s.mu.
 func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, tokens uint64, sent, now time.Duration) uint64 {
+	return s.chargeChainLocked(k, sender, owner, replica, s.chainThirdLocked(k), tokens, sent, now)
+}
+
+// chargeChainLocked is chargeOnceLocked with the key's third member whose
+// answers (or, when it is this node, counting) pair with the owner's and
+// the replica's ("": none; ownerchain.go). Caller holds s.mu.
+func (s *Syncer) chargeChainLocked(k aggKey, sender, owner, replica, third string, tokens uint64, sent, now time.Duration) uint64 {
 	p := s.owner.pairs.m[k]
 	moved := owner != "" && (p != nil && (p.a != owner && p.a != replica || p.b != owner && p.b != replica)) // "": no ring now
 	if moved {
 		delete(s.owner.pairs.m, k) // the ring moved the key: a new account
 		p = nil
 	}
+	if third == owner || third == replica {
+		third = ""
+	}
 	if p == nil {
-		if sender != replica || sender == owner {
+		if sender != replica && (third == "" || sender != third) || sender == owner {
 			return tokens
 		}
 		if !s.ownerLateLocked(k, sender, owner, sent) {
@@ -169,24 +195,30 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 		p = &chargePair{a: owner, b: replica}
 		s.owner.pairs.m[k] = p
 	}
-	before := max(p.sumA, p.sumB)
-	switch sender {
-	case p.a:
+	if p.c == "" && third != "" && sender == third {
+		p.c, p.baseB = third, p.sumB // the third answers from now
+	}
+	before := p.most()
+	switch {
+	case sender == p.a:
 		p.sumA += tokens
-	case p.b:
+	case sender == p.b:
 		p.sumB += tokens
+		p.lastB = now
+	case sender == p.c && p.c != "":
+		p.sumC += tokens
 		p.lastB = now
 	default:
 		return tokens
 	}
-	charge := max(p.sumA, p.sumB) - before
+	charge := p.most() - before
 	// The owner answering again, this node no longer failed over from it,
 	// with the owner's sum caught up ends the pair: the failover is over,
 	// and a later one starts a pair of its own (a pair kept from the last
 	// one would swallow the next replica's answers up to the owner's sum:
 	// nodes charged nothing of a second failover while it lasts).
-	caughtUp := sender == p.a && p.sumA >= p.sumB && !s.failingOverLocked(k, p.a)
-	if quiet := now - p.lastB; caughtUp || quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.sumB {
+	caughtUp := sender == p.a && p.sumA >= p.most() && !s.failingOverLocked(k, p.a)
+	if quiet := now - p.lastB; caughtUp || quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.most() {
 		delete(s.owner.pairs.m, k)
 	}
 	return charge

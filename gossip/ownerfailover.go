@@ -44,7 +44,8 @@ package gossip
 // replica's aggregate is the key's only one; the node's counters to the
 // dead owner cost a packet a round (fewer once unanswered: ownerBackoff).
 // No message changes: an owner or replica of an earlier version sees
-// counters, as before.
+// counters, as before. When the replica is silent too, the counters go on
+// to the key's third member (ownerchain.go).
 
 // failoverRoutesLocked reports whether the counters of key k, whose owner
 // on the ring is owner, go to the replica now; it ends the failover when
@@ -59,11 +60,11 @@ func (s *Syncer) failoverRoutesLocked(k [2]string, owner string) bool {
 	case !ok:
 		return false
 	case f.owner != owner:
-		s.applyWithheldLocked(k[0], k[1], f) // ownerfailovermove.go
+		s.failoverMovedLocked(k, f, true) // ownerfailovermove.go
 		delete(st.failover, k)
 		delete(st.waiting, k) // a new owner: ownerFailover rounds from now
 	case f.ended == 0 && st.round-f.at < ownerFailoverHold:
-		s.replicaMovedLocked(k) // ownerfailovermove.go
+		s.failoverMovedLocked(k, f, false) // ownerfailovermove.go: the replica may have moved
 		return true
 	case f.ended == 0:
 		f.ended = st.round
@@ -84,14 +85,23 @@ func (s *Syncer) failoverRoomLocked(k [2]string) bool {
 }
 
 // failoverAlsoLocked returns the owner of (rule, key) while this node's
-// counters of it go to the replica (to) instead, "" otherwise: the owner is
+// counters of it go to the replica (to) instead, and the replica too while
+// they go to the third member (ownerchain.go); "" for neither: they are
 // sent them too. Call it after ownerForLocked. Caller holds s.mu.
-func (s *Syncer) failoverAlsoLocked(rule, key, to string) string {
+func (s *Syncer) failoverAlsoLocked(rule, key, to string) (also [2]string) {
 	f, ok := s.owner.failover[[2]string{rule, key}]
-	if !ok || f.ended != 0 || f.owner == to || f.owner == s.self {
-		return ""
+	if !ok || f.ended != 0 {
+		return also
 	}
-	return f.owner
+	if f.owner != to && f.owner != s.self {
+		also[0] = f.owner
+	}
+	if f.third != "" && f.third == to {
+		if _, replica := s.owner.ring.owners(rule, key); replica != s.self && replica != to {
+			also[1] = replica
+		}
+	}
+	return also
 }
 
 // failoverMuteRounds is how long after a failover ends the replica's
@@ -112,11 +122,14 @@ func (s *Syncer) ackFromLocked(a ownerAnswer, sender, owner string) {
 		s.owner.failover[k] = f
 	}
 	if s.acksLocked(a.rule, a.key, sender, owner) {
+		w, waiting := s.owner.waiting[k]
 		s.ackLocked(a)
-		s.forgetWithheldLocked(k, sender) // ownerfailovermove.go
-	} else {
-		s.withholdLocked(a, sender) // ownerfailovermove.go
+		if waiting && sender != owner {
+			s.owner.waiting[k] = w // only the owner's answers end the wait for them (ownerchain.go)
+		}
+		return
 	}
+	s.chainCountedLocked(a) // ownerchain.go
 }
 
 // acksLocked reports whether an answer of (rule, key) from sender, the

@@ -317,7 +317,7 @@ func TestOnlyTheOwnerAcknowledgesAFailedOverKey(t *testing.T) {
 			if ended := ok && f.ended != 0; tt.failover != nil && ended != tt.wantEnd {
 				t.Fatalf("failover %+v (held %v), want ended %v", f, ok, tt.wantEnd)
 			}
-			if got := s.failoverAlsoLocked("api", "k", replica); (got != "") != (tt.failover != nil && !tt.wantEnd) {
+			if got := s.failoverAlsoLocked("api", "k", replica); (got[0] != "") != (tt.failover != nil && !tt.wantEnd) || got[1] != "" {
 				t.Fatalf("also sent to %q", got)
 			}
 		})

@@ -22,9 +22,10 @@ package gossip
 // admitted, and the cluster admitted nothing for 5 s: 74.3% of the
 // limit).
 //
-// So a node keeps, while failed over, the acknowledgements B's answers
-// withheld (of its own counter and of its group's), and applies them when
-// the ring names an owner other than A: C counts from what B counted. What
+// So when the ring names an owner other than A, a node raises the prev of
+// its own counters of the key and of its group counters to what B (or the
+// key's third, ownerchain.go) counted without acknowledging (the pending
+// counter's rack, the group's racked): C counts from what B counted. What
 // B acknowledged B counted and answered, and A, had it counted it too, is
 // no longer the owner: C counting it again was the failover twice. The
 // same when a joiner takes B's place as the replica (the failover goes on
@@ -35,147 +36,56 @@ package gossip
 // own aggregate (ownerRoundLocked) and which went on to C with A's prev
 // (five bare syncers, a joiner the owner: B's consumption during the
 // failover charged to the three others twice, 588 for 468; 820 with no
-// acknowledgement applied, 471 now). An answer of A forgets them (A counts
-// from its own acknowledgements); a failover from A that starts again once
-// its hold is over, A silent still, keeps them. What B acknowledged and
+// acknowledgement applied, 471 now). What B acknowledged and
 // had not yet told the others when it stopped answering (its last
 // interval, at most) no one counts again: the cluster admits that much
 // more. Tested by TestFailoverMovedToAJoinerCountsFromTheReplica and
 // TestJoinerOwnerOfAFailedOverKeyChargesOnce.
 
-// withheldAcks is the most acknowledgements of a replica a failover keeps:
-// this node's own counter's and its group's, in a window or two.
-const withheldAcks = 4
-
-// withheldAck is an acknowledgement a replica's answer carried and this
-// node did not apply: the replica counted up to used of the counter (or
-// group counter) of epoch in window.
-type withheldAck struct {
-	from                string
-	window, epoch, used uint64
-}
-
-// withholdLocked notes the acknowledgement of a, an answer of the replica
-// (from) of a key failed over from its owner, which acknowledges nothing
-// now (acksLocked). Caller holds s.mu.
-func (s *Syncer) withholdLocked(a ownerAnswer, from string) {
-	k := [2]string{a.rule, a.key}
-	f, ok := s.owner.failover[k]
-	if !ok || a.ackEpoch == 0 {
-		return
-	}
-	oldest := 0
-	for i := range f.withheld {
-		w := &f.withheld[i]
-		if w.from == from && w.window == a.window && w.epoch == a.ackEpoch {
-			w.used = max(w.used, a.ackUsed)
+// failoverMovedLocked is called with f, the failover of k, at each of this
+// node's sends while it lasts, and when the ring names another owner
+// (ownerMoved; the record is then dropped): when the owner or the replica
+// the failover went to is no longer the ring's, this node's counters of
+// the key go on from what the replica (or third) counted. Caller holds
+// s.mu.
+func (s *Syncer) failoverMovedLocked(k [2]string, f failover, ownerMoved bool) {
+	_, replica := s.owner.ring.owners(k[0], k[1])
+	was := f.replica
+	if !ownerMoved {
+		if was == replica {
 			return
 		}
-		if w.window < f.withheld[oldest].window {
-			oldest = i
+		f.replica = replica
+		s.owner.failover[k] = f
+		if was == "" {
+			return // the first send of the failover
 		}
 	}
-	if len(f.withheld) < withheldAcks {
-		f.withheld = append(f.withheld, withheldAck{from, a.window, a.ackEpoch, a.ackUsed})
-	} else {
-		f.withheld[oldest] = withheldAck{from, a.window, a.ackEpoch, a.ackUsed}
-	}
-	s.owner.failover[k] = f
+	s.countedMovedLocked(k[0], k[1], was == s.self)
 }
 
-// applyWithheldLocked applies the acknowledgements f, the failover of
-// (rule, key) the ring just moved to another owner, withheld: to this
-// node's own pending counter, and to its group of the key. Caller holds
+// countedMovedLocked raises the prev of this node's own pending counters
+// of (rule, key) to what a replica or third counted of them (rack; and,
+// when this node was the replica, selfCounted, what its own aggregate
+// counted of them, ownNew), and the acknowledged sum of its groups of the
+// key to what a replica or third counted of them (racked). Caller holds
 // s.mu.
-func (s *Syncer) applyWithheldLocked(rule, key string, f failover) {
-	for _, w := range f.withheld {
-		s.applyAckLocked(rule, key, w)
-	}
-	if f.selfCounted {
-		s.ownCountedLocked(rule, key)
-	}
-}
-
-// ownCountedLocked acknowledges this node's own pending counters of (rule,
-// key) up to what its own aggregate counted of them: it was the replica a
-// failover went to, and counted its own consumption (ownNew), which the
-// failed-over nodes were told. Caller holds s.mu.
-func (s *Syncer) ownCountedLocked(rule, key string) {
-	for pk := range s.pending {
+func (s *Syncer) countedMovedLocked(rule, key string, selfCounted bool) {
+	for pk, p := range s.pending {
 		if pk.origin != s.self || pk.rule != rule || pk.key != key {
 			continue
 		}
-		o := s.owner.mine[aggKey{rule, key, pk.window}]
-		if o == nil {
-			continue
+		counted := p.rack
+		if o := s.owner.mine[aggKey{rule, key, pk.window}]; selfCounted && o != nil {
+			if sub := o.subs[s.self]; sub != nil && sub.epoch == pk.epoch {
+				counted = max(counted, sub.hi)
+			}
 		}
-		if sub := o.subs[s.self]; sub != nil && sub.epoch == pk.epoch {
-			s.ackLocked(ownerAnswer{rule: rule, key: key, window: pk.window, ackEpoch: pk.epoch, ackUsed: sub.hi})
+		p.c.Prev = min(p.c.Used, max(p.c.Prev, counted))
+	}
+	for gk, g := range s.owner.agg.groups {
+		if gk.rule == rule && gk.key == key && g.o != nil && g.o == s.owner.mine[gk] {
+			g.acked = max(g.acked, g.racked)
 		}
 	}
-}
-
-// replicaMovedLocked applies the acknowledgements the failover of k
-// withheld from a replica the ring no longer names (a joiner took its
-// place): the new replica counts from there. Caller holds s.mu, k failed
-// over.
-func (s *Syncer) replicaMovedLocked(k [2]string) {
-	f := s.owner.failover[k]
-	_, replica := s.owner.ring.owners(k[0], k[1])
-	switch {
-	case replica == s.self:
-		if !f.selfCounted {
-			f.selfCounted = true
-			s.owner.failover[k] = f
-		}
-		return
-	case f.selfCounted:
-		f.selfCounted = false
-		s.owner.failover[k] = f
-		s.ownCountedLocked(k[0], k[1])
-	}
-	if len(f.withheld) == 0 {
-		return
-	}
-	kept := f.withheld[:0]
-	for _, w := range f.withheld {
-		if w.from == replica {
-			kept = append(kept, w)
-			continue
-		}
-		s.applyAckLocked(k[0], k[1], w)
-	}
-	f.withheld = kept
-	s.owner.failover[k] = f
-}
-
-// applyAckLocked applies a withheld acknowledgement w of (rule, key): to
-// this node's own pending counter, and to its group of the key. Caller
-// holds s.mu.
-func (s *Syncer) applyAckLocked(rule, key string, w withheldAck) {
-	s.ackLocked(ownerAnswer{rule: rule, key: key, window: w.window, ackEpoch: w.epoch, ackUsed: w.used})
-	k := aggKey{rule, key, w.window}
-	if g := s.owner.agg.groups[k]; g != nil && g.o == s.owner.mine[k] && g.epoch == w.epoch {
-		g.acked = max(g.acked, w.used)
-	}
-}
-
-// forgetWithheldLocked forgets the acknowledgements withheld by the
-// failover of k when sender, whose answer acknowledged this node's
-// counters, is the owner it failed over from. Caller holds s.mu.
-func (s *Syncer) forgetWithheldLocked(k [2]string, sender string) {
-	if f, ok := s.owner.failover[k]; ok && f.owner == sender && f.withheld != nil {
-		f.withheld = nil
-		s.owner.failover[k] = f
-	}
-}
-
-// stillWithheldLocked returns what a failover of k from owner, ended and
-// about to be replaced by a new one from the same owner, withheld: the
-// new one keeps it. Caller holds s.mu.
-func (s *Syncer) stillWithheldLocked(k [2]string, owner string) []withheldAck {
-	if f, ok := s.owner.failover[k]; ok && f.owner == owner {
-		return f.withheld
-	}
-	return nil
 }

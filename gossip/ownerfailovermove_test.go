@@ -51,9 +51,8 @@ func findMoveRing(t *testing.T, names []string) moveRing {
 // reach C with the prev B acknowledged: C counts from there. They reached
 // it with A's, and C's fresh aggregate counted and told every node the
 // whole failover a second time (300 simulated nodes, seed 9: every node
-// 658-1,309 tokens over, the cluster admitting nothing for 5 s). An answer
-// of A before the move (A was only late) forgets what B acknowledged: A
-// counts from its own acknowledgements, and so does a later owner.
+// 658-1,309 tokens over, the cluster admitting nothing for 5 s). An
+// acknowledgement of A beyond what B counted (A was only late) stands.
 func TestFailoverMovedToAJoinerCountsFromTheReplica(t *testing.T) {
 	names := []string{"me", "n1", "n2", "n3", "n4"}
 	m := findMoveRing(t, names)
@@ -68,7 +67,7 @@ func TestFailoverMovedToAJoinerCountsFromTheReplica(t *testing.T) {
 		{name: "a joiner becomes the owner", join: "owner", wantTo: "joiner", wantPrev: 6},
 		{name: "a joiner becomes the replica", join: "replica", wantTo: "joiner", wantPrev: 6},
 		{name: "the owner declared dead: the replica owns the key", join: "", wantTo: "replica", wantPrev: 6},
-		{name: "the owner answered before a joiner became the owner", ownerAck: true, join: "owner", wantTo: "joiner", wantPrev: 4},
+		{name: "the owner acknowledged more before a joiner became the owner", ownerAck: true, join: "owner", wantTo: "joiner", wantPrev: 8},
 		{name: "an aggregator's group counter, a joiner the owner", group: true, join: "owner", wantTo: "joiner", wantPrev: 6},
 		{name: "an aggregator's group counter, a joiner the replica", group: true, join: "replica", wantTo: "joiner", wantPrev: 6},
 	} {
@@ -93,9 +92,18 @@ func TestFailoverMovedToAJoinerCountsFromTheReplica(t *testing.T) {
 			// Failed over from A: B's answer acknowledges 6, withheld.
 			s.owner.round = 5
 			s.owner.failover = map[[2]string]failover{k: {at: 1, owner: m.owner}}
-			s.ackFromLocked(ownerAnswer{rule: "api", key: m.key, ackEpoch: epoch, ackUsed: 6}, m.replica, m.owner)
+			s.ownerForLocked("api", m.key) // a send to the replica
+			fromReplica := ownerAnswer{rule: "api", key: m.key, ackEpoch: epoch, ackUsed: 6}
+			s.ackFromLocked(fromReplica, m.replica, m.owner)
+			if tc.group {
+				s.aggHeardLocked(m.replica, fromReplica, 0, 0, now, s.acksLocked("api", m.key, m.replica, m.owner))
+			}
 			if tc.ownerAck {
-				s.ackFromLocked(ownerAnswer{rule: "api", key: m.key, ackEpoch: epoch, ackUsed: 4}, m.owner, m.owner)
+				fromOwner := ownerAnswer{rule: "api", key: m.key, ackEpoch: epoch, ackUsed: 8}
+				s.ackFromLocked(fromOwner, m.owner, m.owner)
+				if tc.group {
+					s.aggHeardLocked(m.owner, fromOwner, 0, 0, now, true)
+				}
 			}
 			joiner := ""
 			switch tc.join {

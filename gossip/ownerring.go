@@ -134,6 +134,32 @@ func (r *ownerRing) owners(rule, key string) (owner, replica string) {
 	return owner, ""
 }
 
+// third returns the third distinct member after (rule, key)'s hash in ring
+// order, after its owner and replica ("" when the ring has fewer than
+// three members): where a key's counters go when both its owner and its
+// replica are silent (ownerchain.go). It is the key's owner on the ring
+// without those two, as the cluster's ring becomes once it declares both
+// dead.
+func (r *ownerRing) third(rule, key string) string {
+	if r.size() < 3 {
+		return ""
+	}
+	i := r.search(keyHash(rule, key))
+	first := r.points[i%len(r.points)].node
+	second := int32(-1)
+	for j := 1; j < len(r.points); j++ {
+		n := r.points[(i+j)%len(r.points)].node
+		switch {
+		case n == first || n == second:
+		case second < 0:
+			second = n
+		default:
+			return r.names[n]
+		}
+	}
+	return ""
+}
+
 // memberHash is a member's part of a membership's fingerprint (XORed).
 func memberHash(name string) uint64 { return mix64(fnvAdd(fnvOffset, name) ^ 0x6f776e6572) }
 

@@ -128,6 +128,10 @@ type pendingCounter struct {
 	// rounds sent, newest first (sent of them valid): see carry.
 	back [redundancy - 1]uint64
 	sent int
+	// rack is the highest of this node's own counter a replica or third
+	// counted without acknowledging it: a third is sent it from there
+	// (ownerchain.go).
+	rack uint64
 }
 
 // Stats counts a syncer's traffic; read it with Stats.

@@ -76,6 +76,10 @@ type Config struct {
 	// above 0: the others fail over to its replica, and declare it dead
 	// after DetectAfter (killowner.go).
 	KillOwnerAt time.Duration
+	// KillReplicaAt crashes the hot key's replica then (no replacement),
+	// if above 0, as KillOwnerAt its owner: with both, owner and replica
+	// crash before the cluster declares either dead (killowner.go).
+	KillReplicaAt time.Duration
 
 	// Load.
 	Scenario Scenario // default Hot
@@ -191,6 +195,14 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.SilenceOwner.check("owner silence", -1); err != nil {
 		return err
+	}
+	for _, k := range []struct {
+		what string
+		at   time.Duration
+	}{{"owner kill", c.KillOwnerAt}, {"replica kill", c.KillReplicaAt}} {
+		if k.at < 0 || k.at >= c.Duration {
+			return fmt.Errorf("sim: %s at %v: want 0 (never) or within the run's %v", k.what, k.at, c.Duration)
+		}
 	}
 	return nil
 }

@@ -24,6 +24,9 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{"silence from a negative time", Config{Nodes: 3, SilenceOwner: Partition{From: -time.Second, To: time.Second}}, "owner silence"},
 		{"partition without a split", Config{Nodes: 3, Partition: Partition{From: time.Second, To: 2 * time.Second}}, "split 0 of 3"},
 		{"partition leaving one side empty", Config{Nodes: 3, Partition: Partition{From: time.Second, To: 2 * time.Second, Split: 3}}, "split 3 of 3"},
+		{"owner kill at a negative time", Config{Nodes: 3, KillOwnerAt: -time.Second}, "owner kill"},
+		{"replica kill at a negative time", Config{Nodes: 3, KillReplicaAt: -time.Second}, "replica kill"},
+		{"replica kill after the run", Config{Nodes: 3, Duration: 5 * time.Second, KillReplicaAt: 5 * time.Second}, "replica kill"},
 		{"partition ending at its start", Config{Nodes: 3, Partition: Partition{From: time.Second, To: time.Second, Split: 1}}, "partition"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -37,6 +40,7 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{Nodes: 3},
 		{Nodes: 3, SilenceOwner: Partition{From: time.Second, To: 2 * time.Second}},
 		{Nodes: 3, Partition: Partition{From: 0, To: time.Second, Split: 1}},
+		{Nodes: 3, KillOwnerAt: time.Second, KillReplicaAt: 2 * time.Second},
 	} {
 		if _, err := New(ok); err != nil {
 			t.Errorf("New(%+v): %v, want it accepted", ok, err)

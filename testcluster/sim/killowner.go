@@ -5,7 +5,16 @@ package sim
 // DetectAfter; until then they fail over to the key's replica on their
 // own (gossip's ownerFailover). It is not replaced, and stays in its slot,
 // not alive, so that what it admitted still counts.
-func (s *Sim) killOwner() {
+func (s *Sim) killOwner() { s.killHot(false) }
+
+// killReplica crashes the hot key's replica (Config.KillReplicaAt) as
+// killOwner crashes its owner: with both killed before the cluster
+// declares either dead, nobody the others fail over to answers.
+func (s *Sim) killReplica() { s.killHot(true) }
+
+// killHot crashes the hot key's owner, or its replica, as a live node's
+// ring names them now.
+func (s *Sim) killHot(replica bool) {
 	var live *node
 	for _, n := range s.nodes {
 		if n.alive {
@@ -16,9 +25,12 @@ func (s *Sim) killOwner() {
 	if live == nil {
 		return
 	}
-	owner, _ := live.syncer.OwnerOf(ruleHot, string(s.hot))
+	victim, second := live.syncer.OwnerOf(ruleHot, string(s.hot))
+	if replica {
+		victim = second
+	}
 	for _, n := range s.nodes {
-		if n.alive && n.name == owner {
+		if n.alive && victim != "" && n.name == victim {
 			n.alive = false
 			s.crashed++
 			s.endTrace(n) // isolate.go

@@ -21,6 +21,7 @@ const (
 	evJoin                     // a node learns of a member as the cluster forms
 	evProbeMeasure             // an owner-mode probe's measured consumption (holders.go)
 	evKillOwner                // the hot key's owner crashes (killowner.go)
+	evKillReplica              // the hot key's replica crashes (killowner.go)
 )
 
 type event struct {

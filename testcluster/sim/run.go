@@ -96,6 +96,9 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.KillOwnerAt > 0 {
 		s.push(event{at: int64(cfg.KillOwnerAt), kind: evKillOwner})
 	}
+	if cfg.KillReplicaAt > 0 {
+		s.push(event{at: int64(cfg.KillReplicaAt), kind: evKillReplica})
+	}
 	return s, nil
 }
 
@@ -272,6 +275,8 @@ func (s *Sim) handle(e event) {
 		s.measureProbe(int(e.from))
 	case evKillOwner:
 		s.killOwner()
+	case evKillReplica:
+		s.killReplica()
 	case evSample:
 		s.m.sample(s)
 		e.at += int64(2 * time.Second)
