@@ -37,7 +37,7 @@ import "time"
 // passed what the older one had told it: nothing of the key for 9 s, the
 // others' whole consumption meanwhile (300 simulated nodes, 10%/min churn,
 // the owner killed at 8 s, seed 1: 4 users 887-890 tokens under what the
-// others admitted, seeds 5, 8, 13 the same; 45-81 with the cap:
+// others admitted, seeds 5, 8, 13, 21 -741..-887; -33..-73 with the cap:
 // TestSwitchToAGroupInTheReplicasNumbering). So the other's last others
 // counts only up to the answer's others: in one numbering a new group
 // lags the old one's by what reached the owner in about a round trip
