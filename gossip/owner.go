@@ -236,6 +236,8 @@ type failover struct {
 	// well since the replica left them unanswered ("": none; ownerchain.go).
 	sent  uint64
 	third string
+	// replica is the replica it went to, as last seen (ownerfailovermove.go).
+	replica string
 }
 
 // OwnerStats counts owner mode's work; read it with Syncer.OwnerStats.

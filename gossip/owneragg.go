@@ -715,7 +715,7 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 			heard, switched = s.aggHeardElsewhereLocked(k, sender, a.others), true
 		}
 	} else {
-		heard, switched = s.aggSwitchLocked(k, sender)
+		heard, switched = s.aggSwitchLocked(k, sender, a.others)
 	}
 	if h := s.owner.heard[k]; h != nil {
 		for i := range h.slots {

@@ -3,7 +3,59 @@ package gossip
 import (
 	"fmt"
 	"testing"
+	"time"
 )
+
+// switchNet is a bare syncer of a 64-member ring, a user of key (told by
+// the owner to aggregate, at the owner's total 1,000) whose aggregator is
+// x, and y once joiner joins the ring.
+type switchNet struct {
+	t      *testing.T
+	s      *Syncer
+	clock  *time.Time
+	key    string
+	x, y   string
+	joiner string
+}
+
+func newSwitchNet(t *testing.T) *switchNet {
+	t.Helper()
+	const n = 64 // 8 aggregators a key; 65 members: 16
+	s, clock := newClockedAggSyncer(n)
+	joiner := fmt.Sprintf("m%03d", n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	small := s.owner.ring
+	large := newOwnerRing(append(append([]string{}, small.names...), joiner))
+	for i := range 1000 {
+		k := fmt.Sprint("k", i)
+		owner, replica := small.owners("api", k)
+		if owner == s.self || replica == s.self {
+			continue
+		}
+		if o2, r2 := large.owners("api", k); o2 != owner || r2 != replica {
+			continue
+		}
+		x, y := small.aggregatorFor("api", k, s.self, 0), large.aggregatorFor("api", k, s.self, 0)
+		if x != y && x != s.self && y != s.self && y != joiner {
+			s.owner.agg.hot = map[[2]string]*aggUse{{"api", k}: {used: s.sinceBorn(), baseSet: true, base: 1000}}
+			return &switchNet{t: t, s: s, clock: clock, key: k, x: x, y: y, joiner: joiner}
+		}
+	}
+	t.Fatal("no key whose aggregator moves when a member joins")
+	return nil
+}
+
+// ring adds the joiner to the ring (join) or takes it out.
+func (n *switchNet) ring(join bool) { setAggMember(n.s, n.joiner, join) }
+
+// answer delivers an answer of the key from aggregator from, an interval
+// on, and returns what it charged.
+func (n *switchNet) answer(from string, gen, prev, others uint64) uint64 {
+	n.t.Helper()
+	*n.clock = n.clock.Add(n.s.cfg.GossipInterval)
+	return answerCharged(n.t, n.s, from, *n.clock, ownerAnswer{rule: "api", key: n.key, gen: gen, prev: prev, others: others})
+}
 
 // A user whose aggregator moves when a member joins, and moves back when
 // it goes, is charged what the other nodes consumed once: the new
@@ -14,41 +66,8 @@ import (
 // (1,000 simulated nodes whose member count crossed 1,024: nodes charged
 // the history, 1,212-1,270 tokens, then 340-397 again).
 func TestSwitchedUserIsChargedOnce(t *testing.T) {
-	const n = 64 // 8 aggregators a key; 65 members: 16
-	s, clock := newClockedAggSyncer(n)
-	joiner := fmt.Sprintf("m%03d", n)
-	s.mu.Lock()
-	small := s.owner.ring
-	large := newOwnerRing(append(append([]string{}, small.names...), joiner))
-	key, x, y := "", "", ""
-	for i := range 1000 {
-		k := fmt.Sprint("k", i)
-		owner, replica := small.owners("api", k)
-		if owner == s.self || replica == s.self {
-			continue
-		}
-		if o2, r2 := large.owners("api", k); o2 != owner || r2 != replica {
-			continue
-		}
-		x, y = small.aggregatorFor("api", k, s.self, 0), large.aggregatorFor("api", k, s.self, 0)
-		if x != y && x != s.self && y != s.self && y != joiner {
-			key = k
-			break
-		}
-	}
-	if key == "" {
-		s.mu.Unlock()
-		t.Fatal("no key whose aggregator moves when a member joins")
-	}
-	// Told by the owner to aggregate, at the owner's total 1,000.
-	s.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: s.sinceBorn(), baseSet: true, base: 1000}}
-	s.mu.Unlock()
-	ring := func(join bool) { setAggMember(s, joiner, join) }
-	answer := func(from string, gen, prev, others uint64) uint64 {
-		t.Helper()
-		*clock = clock.Add(s.cfg.GossipInterval)
-		return answerCharged(t, s, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others})
-	}
+	net := newSwitchNet(t)
+	x, y, ring, answer := net.x, net.y, net.ring, net.answer
 	steps := []struct {
 		what       string
 		join, drop bool
@@ -123,5 +142,53 @@ func TestUserThatOwnsTheKeyLeavesItsAggregator(t *testing.T) {
 		}
 		delete(s.pending, k)
 		clear(s.owner.agg.writers)
+	}
+}
+
+// A user that the ring moves to a group in another numbering (a churn
+// joiner made aggregator while the key was failed over: its group's first
+// answer came from the replica, whose aggregate counts from the failover,
+// hundreds of tokens below the owner's numbering its old aggregator went
+// on in) is charged the others' consumption from its first answer on; it
+// charged nothing until the new group's others passed what the old one
+// had told it (300 simulated nodes, the owner killed, a joiner: users
+// 887-890 tokens under what the others admitted). In the owner's
+// numbering, a new group that lags the old one's by a few tokens charges
+// nothing at its first answer, and those few tokens once more later.
+func TestSwitchToAGroupInTheReplicasNumbering(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// The new aggregator's answers: its first (prev, others), then
+		// its others at each of two later answers.
+		prev, first, later1, later2 uint64
+		want                        [3]uint64 // charged by each
+	}{
+		{name: "the replica's numbering, 800 below", prev: 250, first: 300, later1: 400, later2: 560, want: [3]uint64{0, 100, 160}},
+		{name: "the replica's numbering, 1,050 below", prev: 0, first: 50, later1: 80, later2: 130, want: [3]uint64{0, 30, 50}},
+		{name: "the owner's numbering, 5 behind: those 5 charged once more", prev: 1000, first: 1095, later1: 1195, later2: 1256, want: [3]uint64{0, 100, 61}},
+		{name: "the owner's numbering, 40 ahead", prev: 1100, first: 1140, later1: 1240, later2: 1300, want: [3]uint64{40, 100, 60}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			net := newSwitchNet(t)
+			if got := net.answer(net.x, 1, 0, 1000); got != 0 {
+				t.Fatalf("first answer of its aggregator, from the notice's 1,000: charged %d, want 0", got)
+			}
+			if got := net.answer(net.x, 1, 0, 1100); got != 100 {
+				t.Fatalf("100 more: charged %d, want 100", got)
+			}
+			net.ring(true) // the joiner moves its slot to y
+			var total, want uint64
+			for i, a := range [][2]uint64{{tc.prev, tc.first}, {tc.prev, tc.later1}, {tc.prev, tc.later2}} {
+				got := net.answer(net.y, 2, a[0], a[1])
+				total += got
+				want += tc.want[i]
+				if got != tc.want[i] {
+					t.Errorf("answer %d of the new aggregator (others %d): charged %d, want %d", i+1, a[1], got, tc.want[i])
+				}
+			}
+			if consumed := tc.later2 - tc.first; total != want || total < consumed {
+				t.Errorf("charged %d in all after the switch; the others consumed %d after its first answer", total, consumed)
+			}
+		})
 	}
 }

@@ -60,9 +60,11 @@ func (s *Syncer) failoverRoutesLocked(k [2]string, owner string) bool {
 	case !ok:
 		return false
 	case f.owner != owner:
+		s.failoverMovedLocked(k, f, true) // ownerfailovermove.go
 		delete(st.failover, k)
 		delete(st.waiting, k) // a new owner: ownerFailover rounds from now
 	case f.ended == 0 && st.round-f.at < ownerFailoverHold:
+		s.failoverMovedLocked(k, f, false) // ownerfailovermove.go: the replica may have moved
 		return true
 	case f.ended == 0:
 		f.ended = st.round
