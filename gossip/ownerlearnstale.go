@@ -15,9 +15,9 @@ import "time"
 // holding the real test's limit (burst 100, 100/s) on buckets that refill,
 // stalled at random from their tenth round (5-44 rounds, 4% of rounds):
 // the owner charged 18-48 tokens above the others' ~1,280 in 3 of 12 seeds,
-// every other node exact (TestStarvedClusterWithLimitsChargesOnce); the
-// owner's low balance is also the debt it tells newcomers
-// (newcomerPrevLocked), who were charged it in turn. So the debt is aged
+// every other node exact (TestStarvedOwnerLearnsTheDebtOnce); and the
+// owner's balance is the debt it tells newcomers (newcomerPrevLocked).
+// So the debt is aged
 // by the message's delay, as its stamp places it on this node's clock.
 //
 // The delay is measured as counters' times are (stamp.go,
