@@ -34,10 +34,13 @@ import (
 // summed under its own name). A node that did not fail the key over
 // charges both whole, as before: its replica's answers are then an
 // earlier owner's after a membership change, another account. The pair ends when the ring names neither
-// as the key's owner or replica, when the owner answers again with its sum
-// caught up and this node no longer failed over from it, or once the replica has been silent for
-// an active TTL and the owner has charged at least as much (or for a
-// subscription's TTL, whatever was charged): later answers charge whole.
+// as the key's owner or replica, or once the replica has been silent for a
+// subscription's TTL; a failover of this node's is one pair, made by the
+// first answer of either after it began, that its next failover starts
+// anew (ownerchargelate.go). A pair this node did not fail over for (the
+// replica's own aggregate) also ends when the owner answers again with its
+// sum caught up, or once the replica has been silent for an active TTL and
+// the owner has charged at least as much: later answers charge whole.
 // What the replica charged beyond the owner's answers is never taken back
 // (its fresh aggregate's first answers may carry what the owner had
 // answered already): a failover still errs toward charging more, by that
@@ -135,11 +138,13 @@ type chargePair struct {
 	a, b       string
 	sumA, sumB uint64
 	lastB      time.Duration // the replica's last answer, since born
+	failover   uint64        // the failover of this node it accounts (failoverOfLocked), 0: none (ownerchargelate.go)
 }
 
 // chargeOnceLocked returns what of tokens, charged by sender's answer of k,
 // this node charges: during a failover, only what lifts the larger of the
-// owner's and the replica's sums since the replica first answered. owner
+// owner's and the replica's sums since the failover began (on the replica:
+// since the replica's aggregate first charged it). owner
 // and replica are the key's on the ring now; sent is when what charges
 // was sent (now for an answer, ownerLateLocked). Caller holds s.mu.
 func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, tokens uint64, sent, now time.Duration) uint64 {
@@ -148,6 +153,14 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 	if moved {
 		delete(s.owner.pairs.m, k) // the ring moved the key: a new account
 		p = nil
+	}
+	fo := s.failoverOfLocked(k, owner, replica) // ownerchargelate.go
+	if p != nil && fo != 0 && p.failover != fo {
+		lead := p.sumB - min(p.sumA, p.sumB)
+		p.sumA, p.sumB, p.failover = 0, lead, fo // another failover of this node: a new account
+	}
+	if p == nil && fo != 0 && (sender == owner || sender == replica) && replica != s.self {
+		p = s.newFailoverPairLocked(k, owner, replica, fo, now) // ownerchargelate.go
 	}
 	if p == nil {
 		if sender != replica || sender == owner {
@@ -184,13 +197,15 @@ func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, token
 		return tokens
 	}
 	charge := max(p.sumA, p.sumB) - before
-	// The owner answering again, this node no longer failed over from it,
-	// with the owner's sum caught up ends the pair: the failover is over,
-	// and a later one starts a pair of its own (a pair kept from the last
-	// one would swallow the next replica's answers up to the owner's sum:
-	// nodes charged nothing of a second failover while it lasts).
+	// A pair not of this node's failover (the replica's own aggregate):
+	// the owner answering again, this node no longer failed over from it,
+	// with the owner's sum caught up ends it, and a later failover starts a
+	// pair of its own (a pair kept from the last one would swallow the next
+	// replica's answers up to the owner's sum: nodes charged nothing of a
+	// second failover while it lasts). A failover's pair lasts while its
+	// replica may answer; the next failover starts it anew (above).
 	caughtUp := sender == p.a && p.sumA >= p.sumB && !s.failingOverLocked(k, p.a)
-	if quiet := now - p.lastB; caughtUp || quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.sumB {
+	if quiet := now - p.lastB; quiet > s.subTTL() || p.failover == 0 && (caughtUp || quiet > s.activeTTL() && p.sumA >= p.sumB) {
 		delete(s.owner.pairs.m, k)
 	}
 	return charge

@@ -101,27 +101,8 @@ func TestStarvedOwnerLearnsTheDebtOnce(t *testing.T) {
 		t.Run(fmt.Sprint("seed-", seed), func(t *testing.T) {
 			n := newFailoverNet(t, names...).withSends(1 << 30)
 			n.key = n.keyOwnedBy("o", "r")
-			buckets := n.withBuckets(Allowance{Burst: 100, PerSecond: 100})
-			rng := rand.New(rand.NewPCG(seed, 9))
-			until, inbox := map[string]int{}, map[string][][]byte{}
-			stalled := 0
-			for i := range 600 {
-				for _, w := range names {
-					if i >= 10 && i < 500 && until[w] <= i && rng.Float64() < 0.04 {
-						until[w] = i + 5 + rng.IntN(40)
-						if w == "o" && i < ownerLearnFor {
-							stalled++
-						}
-					}
-				}
-				n.consumeWhereAllowed(i, until, buckets)
-				n.starveRound(i, until, inbox)
-			}
-			if stalled == 0 {
+			if stalled := n.starveWithLimits(seed, 0.04, 40); stalled["o"] == 0 {
 				t.Skip("the owner was not stalled while its aggregate learns: nothing to test in this seed")
-			}
-			for i := 600; i < 700; i++ {
-				n.starveRound(i, until, inbox)
 			}
 			for _, c := range n.settledCharges(t) {
 				if c.charged < c.others || c.charged > c.others+uint64(len(names)-1) {
@@ -130,4 +111,33 @@ func TestStarvedOwnerLearnsTheDebtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// starveWithLimits gives the net's nodes buckets of the real test's limit
+// (burst 100, 100/s) and runs 700 rounds in which every node takes a token
+// whenever its bucket holds one and is not stalled: from the tenth round to
+// the 500th, a node not stalled stalls with probability p a round, for 5
+// to 4+longest rounds (starveRound). It returns, by node, the stalls that
+// began while the owner's aggregate was young (ownerLearnFor).
+func (n *failoverNet) starveWithLimits(seed uint64, p float64, longest int) map[string]int {
+	buckets := n.withBuckets(Allowance{Burst: 100, PerSecond: 100})
+	rng := rand.New(rand.NewPCG(seed, 9))
+	until, inbox := map[string]int{}, map[string][][]byte{}
+	early := map[string]int{}
+	for i := range 600 {
+		for _, w := range n.names {
+			if i >= 10 && i < 500 && until[w] <= i && rng.Float64() < p {
+				until[w] = i + 5 + rng.IntN(longest)
+				if i < ownerLearnFor {
+					early[w]++
+				}
+			}
+		}
+		n.consumeWhereAllowed(i, until, buckets)
+		n.starveRound(i, until, inbox)
+	}
+	for i := 600; i < 700; i++ {
+		n.starveRound(i, until, inbox)
+	}
+	return early
 }
