@@ -63,9 +63,10 @@ func (s *Syncer) debtLocked(k aggKey) uint64 {
 }
 
 // learnDebtLocked appends to learn the balance a contributor's reported
-// debt a.debt gives aggregate o's key, while o is young. Caller holds
-// s.mu.
-func (s *Syncer) learnDebtLocked(learn []learnt, o *ownedKey, a heardAck, now time.Duration) []learnt {
+// debt a.debt gives aggregate o's key, while o is young, less what the
+// contributor's bucket refilled in age (since the report was sent, on this
+// node's clock: ownerlearnstale.go). Caller holds s.mu.
+func (s *Syncer) learnDebtLocked(learn []learnt, o *ownedKey, a heardAck, age, now time.Duration) []learnt {
 	if a.debt == 0 || now-o.born > ownerLearnFor*s.cfg.GossipInterval || !s.learnsFromLocked(aggKey{a.rule, a.key, a.window}, o) {
 		return learn
 	}
@@ -77,7 +78,11 @@ func (s *Syncer) learnDebtLocked(learn []learnt, o *ownedKey, a heardAck, now ti
 	if !ok {
 		return learn
 	}
-	return append(learn, learnt{aggKey{a.rule, a.key, a.window}, al.Burst - al.Soft, min(float64(a.debt), al.Burst)})
+	debt := min(float64(a.debt), al.Burst) - al.PerSecond*age.Seconds()
+	if !(debt >= 1) {
+		return learn
+	}
+	return append(learn, learnt{aggKey{a.rule, a.key, a.window}, al.Burst - al.Soft, debt})
 }
 
 // learnsFromLocked reports whether its contributors' debts teach aggregate
