@@ -47,26 +47,27 @@ import (
 // much at most, where it charged the whole failover twice.
 
 // replicaChargeLocked is chargeOnceLocked for what this node's own
-// aggregate of c's key charges it when it is the key's replica: the
-// failed-over nodes' counters, which the owner counts too and charges it
-// in its answers. at is when c's packet was sent, on this node's clock
-// (stamp.go's originTimeLocked). Caller holds s.mu.
-func (s *Syncer) replicaChargeLocked(origin string, c Counter, tokens uint64, at, now time.Duration) uint64 {
+// aggregate of k charges it when it is the key's replica (or third): the
+// failed-over nodes' counters, counted from origin, which the owner counts
+// too and charges it in its answers, and the debts its young aggregate
+// learns (ownerlearnpair.go, origin ""). at is when what charges was sent,
+// on this node's clock (stamp.go's originTimeLocked). Caller holds s.mu.
+func (s *Syncer) replicaChargeLocked(origin string, k aggKey, tokens uint64, at, now time.Duration) uint64 {
 	if tokens == 0 {
 		return 0
 	}
-	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
-	if owner == s.self || replica != s.self && !s.thirdHereLocked(aggKey{c.Rule, c.Key, c.Window}) { // the third counts as the replica does (ownerchain.go)
+	owner, replica := s.owner.ring.owners(k.rule, k.key)
+	if owner == s.self || replica != s.self && !s.thirdHereLocked(k) { // the third counts as the replica does (ownerchain.go)
 		return tokens
 	}
-	if k := (aggKey{c.Rule, c.Key, c.Window}); s.aggEchoLocked(k, now) != "" {
+	if s.aggEchoLocked(k, now) != "" {
 		return s.countedChargeLocked(k, origin, tokens, now) // it hears the key through an aggregator (owneraggreplica.go)
 	}
 	third := ""
 	if replica != s.self {
 		third = s.self // the third counts the failed-over counters (ownerchain.go)
 	}
-	return s.chargeChainLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, third, tokens, at, now)
+	return s.chargeChainLocked(k, s.self, owner, replica, third, tokens, at, now)
 }
 
 // ownerLateLocked reports whether owner is late to this node for key k:

@@ -45,6 +45,7 @@ const ownerLearnFor = 50
 type learnt struct {
 	k          aggKey
 	full, debt float64
+	at         time.Duration // when the contributor sent it, on this node's clock since born
 }
 
 // debtLocked is how far this node's balance of k lies below a full bucket,
@@ -82,7 +83,7 @@ func (s *Syncer) learnDebtLocked(learn []learnt, o *ownedKey, a heardAck, age, n
 	if !(debt >= 1) {
 		return learn
 	}
-	return append(learn, learnt{aggKey{a.rule, a.key, a.window}, al.Burst - al.Soft, debt})
+	return append(learn, learnt{aggKey{a.rule, a.key, a.window}, al.Burst - al.Soft, debt, now - age})
 }
 
 // learnsFromLocked reports whether its contributors' debts teach aggregate
@@ -106,7 +107,9 @@ func (s *Syncer) learnsFromLocked(k aggKey, o *ownedKey) bool {
 }
 
 // adoptLearnt charges this node what lies between its balances and the
-// debts learnt, where they are deeper. Caller does not hold s.mu.
+// debts learnt, where they are deeper; on the key's replica or third, only
+// what its charge-once account leaves (ownerlearnpair.go). Caller does not
+// hold s.mu.
 func (s *Syncer) adoptLearnt(learn []learnt) {
 	bounded, ok := s.ledger.(BoundedLedger)
 	if !ok {
@@ -115,7 +118,9 @@ func (s *Syncer) adoptLearnt(learn []learnt) {
 	for _, l := range learn {
 		balance, _ := bounded.Balance(l.k.rule, l.k.key)
 		if more := l.debt - (l.full - balance); more >= 1 {
-			s.ledger.Charge(l.k.rule, l.k.key, l.k.window, uint64(more))
+			if tokens := s.learntCharge(l, uint64(more)); tokens > 0 {
+				s.ledger.Charge(l.k.rule, l.k.key, l.k.window, tokens)
+			}
 		}
 	}
 }
