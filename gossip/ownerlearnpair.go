@@ -17,11 +17,11 @@ package gossip
 // (replicaChargeLocked, ownerchargeonce.go); the learnt debt did not.
 // Ten bare syncers holding the real test's limit (burst 100, 100/s),
 // stalled at random (TestStarvedOwnerLearnsTheDebtOnce's net): in 40
-// seeds, the third charged 14 and 60 tokens over what the others consumed
-// (seeds 1, 37; the merge of the chain made the third count and learn) and
-// the replica 1-3 in 6 seeds, each node's excess exactly the debt it
-// learnt (traced by printing each learnt charge); now every node is exact
-// (TestReplicaAndThirdLearnTheDebtOnce).
+// seeds, the third charged 14, 60 and 4 tokens over what the others
+// consumed (seeds 1, 37, 31: since the chain, the third counts, so it
+// learns too) and the replica 1-3 in 6 seeds, each node's excess exactly
+// the debt it learnt (traced by printing each learnt charge); now both are
+// exact in all 40 (TestReplicaAndThirdLearnTheDebtOnce).
 //
 // So the learnt debt of the key's replica or third is charged as its
 // aggregate's counting is: through replicaChargeLocked, pairing with the
