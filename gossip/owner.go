@@ -758,7 +758,7 @@ func (s *Syncer) receiveOwnerCounters(b []byte) ([]charge, error) {
 		if !ok || s.chainRefusesLocked(aggKey{c.Rule, c.Key, c.Window}) { // ownerchain.go
 			return
 		}
-		if tokens := s.replicaChargeLocked(origin, c, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), at, in.now); tokens > 0 { // ownerchargeonce.go
+		if tokens := s.replicaChargeLocked(origin, aggKey{c.Rule, c.Key, c.Window}, s.aggregateLocked(in.bounded != nil, a, origin, c, at, in.now), at, in.now); tokens > 0 { // ownerchargeonce.go
 			charges = append(charges, charge{c.Rule, c.Key, c.Window, tokens})
 		}
 	})

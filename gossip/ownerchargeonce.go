@@ -34,36 +34,40 @@ import (
 // summed under its own name). A node that did not fail the key over
 // charges both whole, as before: its replica's answers are then an
 // earlier owner's after a membership change, another account. The pair ends when the ring names neither
-// as the key's owner or replica, when the owner answers again with its sum
-// caught up and this node no longer failed over from it, or once the replica has been silent for
-// an active TTL and the owner has charged at least as much (or for a
-// subscription's TTL, whatever was charged): later answers charge whole.
+// as the key's owner or replica, or once the replica has been silent for a
+// subscription's TTL; a failover of this node's is one pair, made by the
+// first answer of either after it began, that its next failover starts
+// anew (ownerchargelate.go). A pair this node did not fail over for (the
+// replica's own aggregate) also ends when the owner answers again with its
+// sum caught up, or once the replica has been silent for an active TTL and
+// the owner has charged at least as much: later answers charge whole.
 // What the replica charged beyond the owner's answers is never taken back
 // (its fresh aggregate's first answers may carry what the owner had
 // answered already): a failover still errs toward charging more, by that
 // much at most, where it charged the whole failover twice.
 
 // replicaChargeLocked is chargeOnceLocked for what this node's own
-// aggregate of c's key charges it when it is the key's replica: the
-// failed-over nodes' counters, which the owner counts too and charges it
-// in its answers. at is when c's packet was sent, on this node's clock
-// (stamp.go's originTimeLocked). Caller holds s.mu.
-func (s *Syncer) replicaChargeLocked(origin string, c Counter, tokens uint64, at, now time.Duration) uint64 {
+// aggregate of k charges it when it is the key's replica (or third): the
+// failed-over nodes' counters, counted from origin, which the owner counts
+// too and charges it in its answers, and the debts its young aggregate
+// learns (ownerlearnpair.go, origin ""). at is when what charges was sent,
+// on this node's clock (stamp.go's originTimeLocked). Caller holds s.mu.
+func (s *Syncer) replicaChargeLocked(origin string, k aggKey, tokens uint64, at, now time.Duration) uint64 {
 	if tokens == 0 {
 		return 0
 	}
-	owner, replica := s.owner.ring.owners(c.Rule, c.Key)
-	if owner == s.self || replica != s.self && !s.thirdHereLocked(aggKey{c.Rule, c.Key, c.Window}) { // the third counts as the replica does (ownerchain.go)
+	owner, replica := s.owner.ring.owners(k.rule, k.key)
+	if owner == s.self || replica != s.self && !s.thirdHereLocked(k) { // the third counts as the replica does (ownerchain.go)
 		return tokens
 	}
-	if k := (aggKey{c.Rule, c.Key, c.Window}); s.aggEchoLocked(k, now) != "" {
+	if s.aggEchoLocked(k, now) != "" {
 		return s.countedChargeLocked(k, origin, tokens, now) // it hears the key through an aggregator (owneraggreplica.go)
 	}
 	third := ""
 	if replica != s.self {
 		third = s.self // the third counts the failed-over counters (ownerchain.go)
 	}
-	return s.chargeChainLocked(aggKey{c.Rule, c.Key, c.Window}, s.self, owner, replica, third, tokens, at, now)
+	return s.chargeChainLocked(k, s.self, owner, replica, third, tokens, at, now)
 }
 
 // ownerLateLocked reports whether owner is late to this node for key k:
@@ -139,6 +143,7 @@ type chargePair struct {
 	a, b       string
 	sumA, sumB uint64
 	lastB      time.Duration // the replica's (or the third's) last answer, since born
+	failover   uint64        // the failover of this node it accounts (failoverOfLocked), 0: none (ownerchargelate.go)
 	// c is the key's third member once this node failed the key over to
 	// it, and sumC what its answers charged since (ownerchain.go): the
 	// owner's and the replica's aggregates count all it counts.
@@ -155,7 +160,8 @@ func (p *chargePair) most() uint64 { return max(p.sumA, p.sumB, p.baseB+p.sumC) 
 
 // chargeOnceLocked returns what of tokens, charged by sender's answer of k,
 // this node charges: during a failover, only what lifts the larger of the
-// owner's and the replica's sums since the replica first answered. owner
+// owner's and the replica's sums since the failover began (on the replica:
+// since the replica's aggregate first charged it). owner
 // and replica are the key's on the ring now; sent is when what charges
 // was sent (now for an answer, ownerLateLocked). Caller holds s.mu.
 func (s *Syncer) chargeOnceLocked(k aggKey, sender, owner, replica string, tokens uint64, sent, now time.Duration) uint64 {
@@ -175,6 +181,16 @@ func (s *Syncer) chargeChainLocked(k aggKey, sender, owner, replica, third strin
 	if third == owner || third == replica {
 		third = ""
 	}
+	fo := s.failoverOfLocked(k, owner, replica) // ownerchargelate.go
+	if p != nil && fo != 0 && p.failover != fo {
+		// Another failover of this node: a new account, keeping what the
+		// replica's (and the third's) accounts told above the owner's.
+		most := p.most()
+		*p = chargePair{a: p.a, b: p.b, sumB: most - min(p.sumA, most), lastB: p.lastB, failover: fo}
+	}
+	if p == nil && fo != 0 && (sender == owner || sender == replica || third != "" && sender == third) && replica != s.self {
+		p = s.newFailoverPairLocked(k, owner, replica, fo, now) // ownerchargelate.go
+	}
 	if p == nil {
 		if sender != replica && (third == "" || sender != third) || sender == owner {
 			return tokens
@@ -182,18 +198,9 @@ func (s *Syncer) chargeChainLocked(k aggKey, sender, owner, replica, third strin
 		if !s.ownerLateLocked(k, sender, owner, sent) {
 			return tokens // the replica is an earlier owner, its aggregate another account (a membership change)
 		}
-		if now-s.owner.pairs.swept > s.subTTL() { // forget pairs of keys no longer answered
-			s.owner.pairs.swept = now
-			sweepIdle(s.owner.pairs.m, now, s.subTTL(), func(p *chargePair) time.Duration { return p.lastB })
-		}
-		if len(s.owner.pairs.m) >= s.cfg.MaxSeen {
+		if p = s.newPairLocked(k, chargePair{a: owner, b: replica}, now); p == nil {
 			return tokens
 		}
-		if s.owner.pairs.m == nil {
-			s.owner.pairs.m = map[aggKey]*chargePair{}
-		}
-		p = &chargePair{a: owner, b: replica}
-		s.owner.pairs.m[k] = p
 	}
 	if p.c == "" && third != "" && sender == third {
 		p.c, p.baseB = third, p.sumB // the third answers from now
@@ -212,14 +219,35 @@ func (s *Syncer) chargeChainLocked(k aggKey, sender, owner, replica, third strin
 		return tokens
 	}
 	charge := p.most() - before
-	// The owner answering again, this node no longer failed over from it,
-	// with the owner's sum caught up ends the pair: the failover is over,
-	// and a later one starts a pair of its own (a pair kept from the last
-	// one would swallow the next replica's answers up to the owner's sum:
-	// nodes charged nothing of a second failover while it lasts).
+	// A pair not of this node's failover (the replica's own aggregate):
+	// the owner answering again, this node no longer failed over from it,
+	// with the owner's sum caught up ends it, and a later failover starts a
+	// pair of its own (a pair kept from the last one would swallow the next
+	// replica's answers up to the owner's sum: nodes charged nothing of a
+	// second failover while it lasts). A failover's pair lasts while its
+	// replica (or third) may answer; the next failover starts it anew (above).
 	caughtUp := sender == p.a && p.sumA >= p.most() && !s.failingOverLocked(k, p.a)
-	if quiet := now - p.lastB; caughtUp || quiet > s.subTTL() || quiet > s.activeTTL() && p.sumA >= p.most() {
+	if quiet := now - p.lastB; quiet > s.subTTL() || p.failover == 0 && (caughtUp || quiet > s.activeTTL() && p.sumA >= p.most()) {
 		delete(s.owner.pairs.m, k)
 	}
 	return charge
+}
+
+// newPairLocked keeps pair as k's and returns it, nil when MaxSeen pairs
+// are kept: at most once a subscription's TTL it first forgets the pairs of
+// keys no longer answered. Caller holds s.mu.
+func (s *Syncer) newPairLocked(k aggKey, pair chargePair, now time.Duration) *chargePair {
+	if now-s.owner.pairs.swept > s.subTTL() {
+		s.owner.pairs.swept = now
+		sweepIdle(s.owner.pairs.m, now, s.subTTL(), func(p *chargePair) time.Duration { return p.lastB })
+	}
+	if len(s.owner.pairs.m) >= s.cfg.MaxSeen {
+		return nil
+	}
+	if s.owner.pairs.m == nil {
+		s.owner.pairs.m = map[aggKey]*chargePair{}
+	}
+	p := &pair
+	s.owner.pairs.m[k] = p
+	return p
 }

@@ -58,10 +58,12 @@ func TestLateOwnerFailoverChargesOnce(t *testing.T) {
 	}
 }
 
-// chargeOnceLocked charges, from the replica's first answer of a key this
-// node failed over on, the larger of what the owner's and the replica's
-// answers carry, each sender summed under its own name; a ring that names
-// others, or a replica long silent, ends it. Without a failover the
+// chargeOnceLocked charges, from the first answer after this node failed a
+// key over, the larger of what the owner's and the replica's answers
+// carry, each sender summed under its own name; a ring that names others,
+// or a replica silent a subscription's TTL, ends it, and the node's next
+// failover starts it anew, keeping only what the replica told above the
+// owner (ownerchargelate.go). Without a failover the
 // replica is an earlier owner (a membership change) whose aggregate holds
 // other consumption: both are charged whole.
 func TestChargeOnceLocked(t *testing.T) {
@@ -70,6 +72,7 @@ func TestChargeOnceLocked(t *testing.T) {
 		owner, replica string // on the ring now
 		tokens, want   uint64
 		after          time.Duration // since the previous answer
+		refail         bool          // this node's failover begins anew before the answer
 	}
 	tests := []struct {
 		name      string
@@ -78,23 +81,31 @@ func TestChargeOnceLocked(t *testing.T) {
 		notFailed bool // this node did not fail over the key
 	}{
 		{"membership change, no failover: both whole", []answer{
-			{"o", "o", "r", 5, 5, 0}, {"r", "o", "r", 4, 4, 0}, {"o", "o", "r", 6, 6, 0}}, 0, true},
-		{"no failover: the owner's whole", []answer{
-			{"o", "o", "r", 5, 5, 0}, {"o", "o", "r", 7, 7, 0}}, 0, false},
+			{"o", "o", "r", 5, 5, 0, false}, {"r", "o", "r", 4, 4, 0, false}, {"o", "o", "r", 6, 6, 0, false}}, 0, true},
+		{"failed over, only the owner answers: its whole", []answer{
+			{"o", "o", "r", 5, 5, 0, false}, {"o", "o", "r", 7, 7, 0, false}}, 1, false},
 		{"late owner: its answer covers the replica's", []answer{
-			{"o", "o", "r", 5, 5, 0}, {"r", "o", "r", 4, 4, 0}, {"r", "o", "r", 6, 6, 0}, {"o", "o", "r", 12, 2, 0}, {"o", "o", "r", 3, 3, 0}}, 1, false},
+			{"r", "o", "r", 4, 4, 0, false}, {"r", "o", "r", 6, 6, 0, false}, {"o", "o", "r", 12, 2, 0, false}, {"o", "o", "r", 3, 3, 0, false}}, 1, false},
+		{"the owner's answers since the failover began cover the replica's", []answer{
+			{"o", "o", "r", 5, 5, 0, false}, {"r", "o", "r", 4, 0, 0, false}, {"r", "o", "r", 6, 5, 0, false}, {"o", "o", "r", 12, 7, 0, false}, {"o", "o", "r", 3, 3, 0, false}}, 1, false},
+		{"the replica's first answer after the owner's, late: covered", []answer{
+			{"o", "o", "r", 9, 9, 0, false}, {"o", "o", "r", 3, 3, 2 * time.Second, false}, {"r", "o", "r", 7, 0, 0, false}}, 1, false},
+		{"a new failover: the replica's answers at once, the owner's lead forgotten", []answer{
+			{"r", "o", "r", 4, 4, 0, false}, {"o", "o", "r", 10, 6, 0, false}, {"r", "o", "r", 3, 3, 0, true}, {"o", "o", "r", 2, 0, 0, false}, {"o", "o", "r", 4, 3, 0, false}}, 1, false},
+		{"a new failover: what the replica told above the owner stays told", []answer{
+			{"r", "o", "r", 9, 9, 0, false}, {"o", "o", "r", 6, 0, 0, false}, {"o", "o", "r", 5, 2, 0, true}}, 1, false},
 		{"owner first, replica's late answer covered", []answer{
-			{"r", "o", "r", 2, 2, 0}, {"o", "o", "r", 9, 7, 0}, {"r", "o", "r", 5, 0, 0}, {"r", "o", "r", 4, 2, 0}}, 1, false},
+			{"r", "o", "r", 2, 2, 0, false}, {"o", "o", "r", 9, 7, 0, false}, {"r", "o", "r", 5, 0, 0, false}, {"r", "o", "r", 4, 2, 0, false}}, 1, false},
 		{"dead owner: the replica's whole, also as owner", []answer{
-			{"r", "o", "r", 4, 4, 0}, {"r", "o", "r", 6, 6, 0}, {"r", "r", "x", 3, 3, 0}}, 0, false},
-		{"replica quiet, owner caught up: ends", []answer{
-			{"r", "o", "r", 4, 4, 0}, {"o", "o", "r", 6, 2, 3 * time.Second}, {"o", "o", "r", 5, 5, 0}}, 0, false},
+			{"r", "o", "r", 4, 4, 0, false}, {"r", "o", "r", 6, 6, 0, false}, {"r", "r", "x", 3, 3, 0, false}}, 0, false},
+		{"replica quiet an active TTL, owner caught up: kept (it may still answer)", []answer{
+			{"r", "o", "r", 4, 4, 0, false}, {"o", "o", "r", 6, 2, 3 * time.Second, false}, {"r", "o", "r", 1, 0, 0, false}, {"o", "o", "r", 5, 5, 0, false}}, 1, false},
 		{"replica quiet, owner not caught up: kept", []answer{
-			{"r", "o", "r", 9, 9, 0}, {"o", "o", "r", 6, 0, 3 * time.Second}}, 1, false},
+			{"r", "o", "r", 9, 9, 0, false}, {"o", "o", "r", 6, 0, 3 * time.Second, false}}, 1, false},
 		{"replica silent a subscription's TTL: ends", []answer{
-			{"r", "o", "r", 9, 9, 0}, {"o", "o", "r", 6, 0, 11 * time.Second}, {"o", "o", "r", 5, 5, 0}}, 0, false},
+			{"r", "o", "r", 9, 9, 0, false}, {"o", "o", "r", 6, 0, 11 * time.Second, false}, {"o", "o", "r", 5, 5, 0, false}}, 1, false},
 		{"no ring for a moment: kept", []answer{
-			{"r", "o", "r", 4, 4, 0}, {"r", "", "", 3, 3, 0}, {"o", "o", "r", 9, 2, 0}}, 1, false},
+			{"r", "o", "r", 4, 4, 0, false}, {"r", "", "", 3, 3, 0, false}, {"o", "o", "r", 9, 2, 0, false}}, 1, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,6 +119,9 @@ func TestChargeOnceLocked(t *testing.T) {
 			now := time.Second
 			for i, a := range tt.answers {
 				now += a.after
+				if a.refail {
+					s.owner.failover[[2]string{"api", "k"}] = failover{at: uint64(10 + i), owner: "o"}
+				}
 				if got := s.chargeOnceLocked(k, a.sender, a.owner, a.replica, a.tokens, now, now); got != a.want {
 					t.Fatalf("answer %d (%+v): charged %d, want %d", i, a, got, a.want)
 				}

@@ -45,6 +45,7 @@ const ownerLearnFor = 50
 type learnt struct {
 	k          aggKey
 	full, debt float64
+	at         time.Duration // when the contributor sent it, on this node's clock since born
 }
 
 // debtLocked is how far this node's balance of k lies below a full bucket,
@@ -63,9 +64,10 @@ func (s *Syncer) debtLocked(k aggKey) uint64 {
 }
 
 // learnDebtLocked appends to learn the balance a contributor's reported
-// debt a.debt gives aggregate o's key, while o is young. Caller holds
-// s.mu.
-func (s *Syncer) learnDebtLocked(learn []learnt, o *ownedKey, a heardAck, now time.Duration) []learnt {
+// debt a.debt gives aggregate o's key, while o is young, less what the
+// contributor's bucket refilled in age (since the report was sent, on this
+// node's clock: ownerlearnstale.go). Caller holds s.mu.
+func (s *Syncer) learnDebtLocked(learn []learnt, o *ownedKey, a heardAck, age, now time.Duration) []learnt {
 	if a.debt == 0 || now-o.born > ownerLearnFor*s.cfg.GossipInterval || !s.learnsFromLocked(aggKey{a.rule, a.key, a.window}, o) {
 		return learn
 	}
@@ -77,7 +79,11 @@ func (s *Syncer) learnDebtLocked(learn []learnt, o *ownedKey, a heardAck, now ti
 	if !ok {
 		return learn
 	}
-	return append(learn, learnt{aggKey{a.rule, a.key, a.window}, al.Burst - al.Soft, min(float64(a.debt), al.Burst)})
+	debt := min(float64(a.debt), al.Burst) - al.PerSecond*age.Seconds()
+	if !(debt >= 1) {
+		return learn
+	}
+	return append(learn, learnt{aggKey{a.rule, a.key, a.window}, al.Burst - al.Soft, debt, now - age})
 }
 
 // learnsFromLocked reports whether its contributors' debts teach aggregate
@@ -101,7 +107,9 @@ func (s *Syncer) learnsFromLocked(k aggKey, o *ownedKey) bool {
 }
 
 // adoptLearnt charges this node what lies between its balances and the
-// debts learnt, where they are deeper. Caller does not hold s.mu.
+// debts learnt, where they are deeper; on the key's replica or third, only
+// what its charge-once account leaves (ownerlearnpair.go). Caller does not
+// hold s.mu.
 func (s *Syncer) adoptLearnt(learn []learnt) {
 	bounded, ok := s.ledger.(BoundedLedger)
 	if !ok {
@@ -110,7 +118,9 @@ func (s *Syncer) adoptLearnt(learn []learnt) {
 	for _, l := range learn {
 		balance, _ := bounded.Balance(l.k.rule, l.k.key)
 		if more := l.debt - (l.full - balance); more >= 1 {
-			s.ledger.Charge(l.k.rule, l.k.key, l.k.window, uint64(more))
+			if tokens := s.learntCharge(l, uint64(more)); tokens > 0 {
+				s.ledger.Charge(l.k.rule, l.k.key, l.k.window, tokens)
+			}
 		}
 	}
 }

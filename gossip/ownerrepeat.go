@@ -180,6 +180,7 @@ func (s *Syncer) receiveHeard(b []byte) error {
 		return fmt.Errorf("heard message from %.64q: %w", sender, err)
 	}
 	now := s.sinceBorn()
+	age := s.sentAgoLocked(sender, sentAt) // ownerlearnstale.go
 	for _, a := range acks {
 		o := s.owner.mine[aggKey{a.rule, a.key, a.window}]
 		if o == nil {
@@ -191,7 +192,7 @@ func (s *Syncer) receiveHeard(b []byte) error {
 		}
 		sub.heardAcks = true
 		sub.told = max(sub.told, min(a.last, sub.sent))
-		learn = s.learnDebtLocked(learn, o, a, now) // ownerlearn.go
+		learn = s.learnDebtLocked(learn, o, a, age, now) // ownerlearn.go
 		switch {
 		case a.start == sub.first:
 			sub.confirmed = true
