@@ -16,7 +16,7 @@ import (
 // then charged the whole silence at once, admitting nothing for 5 s (75%).
 // A hot key whose third member was one of its aggregators (as before
 // gossip's ownerchainagg.go) was not counted by the third: 100 nodes
-// admitted 306% of the allowed here.
+// admitted 452% of the allowed here (the owner alone killed: 90.6%).
 func TestOwnerAndReplicaKilledAdmitAsOwnerKilled(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
@@ -28,7 +28,7 @@ func TestOwnerAndReplicaKilledAdmitAsOwnerKilled(t *testing.T) {
 		// makes it the third when it drops the owner, and it hands its
 		// group on after the failover; one node is then charged more than
 		// the others admitted (+79 here; the old code's third, made the
-		// replica, +155..+173 at 30 s): gossip's owneraggswitch.go, not
+		// replica, +177 with the owner alone killed): owneraggswitch.go, not
 		// this test's concern, so only the low side of the gap is held
 		// (a node never charged what the others admitted admits more).
 		thirdAggregates bool
