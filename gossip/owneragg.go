@@ -97,6 +97,9 @@ const aggUpFresh = 2
 type aggState struct {
 	ring    *ownerRing // the ring capable was decided on
 	capable bool       // every member speaks protoAgg, and the ring is large enough
+	// thirdOut: every member speaks protoChainAgg too, so a key's third
+	// member is none of its aggregators (ownerchainagg.go).
+	thirdOut bool
 	// As a user: the keys an owner told this node to aggregate.
 	hot map[[2]string]*aggUse
 	// As an aggregator: the groups it holds, by aggregate.
@@ -246,9 +249,10 @@ func aggCountsAs(sub *ownerSub, grouped bool) uint64 {
 
 // aggCounts is, for a key, the members a ring assigns to each aggregator.
 type aggCounts struct {
-	ring *ownerRing
-	n    map[string]int
-	most int // the largest of n
+	ring     *ownerRing
+	thirdOut bool // counted with the key's third out (ownerchainagg.go)
+	n        map[string]int
+	most     int // the largest of n
 }
 
 // aggFanIn is how many aggregators a key has on a ring of n members: the
@@ -272,16 +276,17 @@ func aggSlot(kh uint64, name string, k int) int {
 func aggSlotOf(kh, nh uint64, k int) int { return int(mix64(kh^nh) & uint64(k-1)) }
 
 // aggregatorAt returns slot i's aggregator of the key of hash kh: the first
-// member at or after the slot's point that is neither owner nor replica;
-// "" if every member is one of them.
-func (r *ownerRing) aggregatorAt(kh uint64, i int, owner, replica string) string {
+// member at or after the slot's point that is neither owner nor replica,
+// nor third unless that is "" (ownerchainagg.go); "" if every member is
+// one of them.
+func (r *ownerRing) aggregatorAt(kh uint64, i int, owner, replica, third string) string {
 	if r.size() == 0 {
 		return ""
 	}
 	h := mix64(kh ^ (uint64(i)+1)*0x9e3779b97f4a7c15)
 	at := r.search(h) // ownerringindex.go
 	for j := range len(r.points) {
-		if name := r.names[r.points[(at+j)%len(r.points)].node]; name != owner && name != replica {
+		if name := r.names[r.points[(at+j)%len(r.points)].node]; name != owner && name != replica && name != third {
 			return name
 		}
 	}
@@ -289,12 +294,10 @@ func (r *ownerRing) aggregatorAt(kh uint64, i int, owner, replica string) string
 }
 
 // aggregatorFor returns user's aggregator of (rule, key) on r, skip slots
-// on from its own.
+// on from its own, as a member that speaks protoAgg but not
+// protoChainAgg names it (the key's third may be one: aggregatorOf).
 func (r *ownerRing) aggregatorFor(rule, key, user string, skip int) string {
-	owner, replica := r.owners(rule, key)
-	kh := keyHash(rule, key)
-	k := aggFanIn(r.size())
-	return r.aggregatorAt(kh, (aggSlot(kh, user, k)+skip)&(k-1), owner, replica)
+	return r.aggregatorOf(rule, key, user, skip, false)
 }
 
 // aggCapableLocked reports whether keys may be aggregated now: owner mode,
@@ -305,18 +308,28 @@ func (s *Syncer) aggCapableLocked() bool {
 		return false
 	}
 	s.refreshRingLocked()
+	s.aggDecideLocked()
+	return s.owner.agg.capable
+}
+
+// aggDecideLocked decides, once per ring, aggState's capable and thirdOut
+// from the members' protocols. Caller holds s.mu.
+func (s *Syncer) aggDecideLocked() {
 	st := &s.owner.agg
 	if st.ring != s.owner.ring {
 		st.ring = s.owner.ring
 		st.capable = st.ring.size() >= aggMinMembers
+		st.thirdOut = true
 		for name, n := range s.peers {
+			if name != s.self && n.DMax < protoChainAgg {
+				st.thirdOut = false
+			}
 			if name != s.self && n.DMax < protoAgg {
 				st.capable = false
 				break
 			}
 		}
 	}
-	return st.capable
 }
 
 // aggSendLocked sends this node's pending counter p of key k through an
@@ -340,7 +353,7 @@ func (s *Syncer) aggSendLocked(k pendingKey, p *pendingCounter, now time.Duratio
 		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
 			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
 		}
-		agg = s.owner.ring.aggregatorFor(k.rule, k.key, s.self, u.slot)
+		agg = s.aggregatorForLocked(k.rule, k.key, u.slot)
 	}
 	switch {
 	case agg == "":
@@ -395,7 +408,7 @@ func (s *Syncer) aggSubscribeLocked(now time.Duration) {
 		if u.waiting != 0 && s.owner.round-u.waiting >= aggFailover {
 			u.slot, u.waiting = u.slot+1, 0 // its aggregator does not answer: the next slot's
 		}
-		agg := s.owner.ring.aggregatorFor(k[0], k[1], s.self, u.slot)
+		agg := s.aggregatorForLocked(k[0], k[1], u.slot)
 		if agg == u.heardFrom && agg != "" {
 			continue
 		}
@@ -674,7 +687,7 @@ func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string)
 	if g := s.owner.agg.groups[k]; g != nil && g.o == s.owner.mine[k] {
 		return false // this node is its own aggregator of the key now
 	}
-	if s.owner.ring.aggregatorFor(rule, key, s.self, u.slot) != sender {
+	if s.aggregatorForLocked(rule, key, u.slot) != sender {
 		return false
 	}
 	if u.heardFrom != sender {

@@ -9,9 +9,10 @@ import (
 
 // aggCountsByName is aggUsersLocked's count as it was made before the
 // ring kept its names' hashes: each member's name hashed and counted into
-// a map by aggregator, one at a time.
-func aggCountsByName(r *ownerRing, rule, key string) (map[string]int, int) {
-	owner, kh, aggs := r.aggregatorsOf(rule, key)
+// a map by aggregator, one at a time (thirdOut: the key's third none,
+// ownerchainagg.go).
+func aggCountsByName(r *ownerRing, rule, key string, thirdOut bool) (map[string]int, int) {
+	owner, kh, aggs := r.aggregatorsOf(rule, key, thirdOut)
 	k := len(aggs)
 	n, most := map[string]int{}, 0
 	for _, m := range r.names {
@@ -48,8 +49,8 @@ func TestAggUsersCountEveryMember(t *testing.T) {
 		s := newAggCountSyncer(t, members)
 		for k := range 60 {
 			key := fmt.Sprint("key-", k)
-			want, most := aggCountsByName(s.owner.ring, "r", key)
 			s.mu.Lock()
+			want, most := aggCountsByName(s.owner.ring, "r", key, s.aggThirdOutLocked())
 			for name := range want {
 				if got := s.aggUsersLocked("r", key, name); got != want[name] {
 					t.Fatalf("%d members, %s: %q counted %d, want %d", members, key, name, got, want[name])
@@ -98,7 +99,7 @@ func BenchmarkAggUsersCount(b *testing.B) {
 			r.hash += time.Since(began)
 			began = time.Now()
 			for i := range batch {
-				aggCountsByName(r.s.owner.ring, "r", fmt.Sprint("key-", k+i))
+				aggCountsByName(r.s.owner.ring, "r", fmt.Sprint("key-", k+i), false)
 			}
 			r.name += time.Since(began)
 		}

@@ -133,7 +133,7 @@ func handOnKey(r *ownerRing, self string) (key, joiner, next string) {
 			}
 			named := false
 			for slot := range aggFanIn(large.size()) {
-				named = named || large.aggregatorAt(keyHash("api", k), slot, owner, replica) == self
+				named = named || large.aggregatorAt(keyHash("api", k), slot, owner, replica, "") == self
 			}
 			if !named {
 				return k, name, large.aggregatorFor("api", k, self, 0)

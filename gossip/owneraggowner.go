@@ -290,13 +290,18 @@ func (s *Syncer) groupCountLocked(bounded bool, a Allowance, origin string, c Co
 }
 
 // aggregatorsOf returns the key's owner on r, its hash, and its
-// aggregators by slot (aggFanIn of the ring's size).
-func (r *ownerRing) aggregatorsOf(rule, key string) (owner string, kh uint64, aggs []string) {
+// aggregators by slot (aggFanIn of the ring's size); thirdOut: its third
+// is none of them (ownerchainagg.go).
+func (r *ownerRing) aggregatorsOf(rule, key string, thirdOut bool) (owner string, kh uint64, aggs []string) {
 	owner, replica := r.owners(rule, key)
 	kh = keyHash(rule, key)
+	third := ""
+	if thirdOut {
+		third = r.third(rule, key)
+	}
 	aggs = make([]string, aggFanIn(r.size()))
 	for i := range aggs {
-		aggs[i] = r.aggregatorAt(kh, i, owner, replica)
+		aggs[i] = r.aggregatorAt(kh, i, owner, replica, third)
 	}
 	return owner, kh, aggs
 }
@@ -307,10 +312,11 @@ func (r *ownerRing) aggregatorsOf(rule, key string) (owner string, kh uint64, ag
 func (s *Syncer) aggUsersLocked(rule, key, name string) int {
 	st := &s.owner.agg
 	hk := [2]string{rule, key}
+	thirdOut := s.aggThirdOutLocked()
 	c := st.counts[hk]
-	if c == nil || c.ring != s.owner.ring {
+	if c == nil || c.ring != s.owner.ring || c.thirdOut != thirdOut {
 		r := s.owner.ring
-		owner, kh, aggs := r.aggregatorsOf(rule, key)
+		owner, kh, aggs := r.aggregatorsOf(rule, key, thirdOut)
 		k := len(aggs)
 		// Every member's slot (one pass of a multiply-xorshift per member,
 		// its name's hash computed once per ring), then each slot's
@@ -322,7 +328,7 @@ func (s *Syncer) aggUsersLocked(rule, key, name string) int {
 		if o, ok := slices.BinarySearch(r.names, owner); ok { // the owner is none of its aggregators' users; the replica uses the key as any member does
 			slots[aggSlotOf(kh, r.nameHashes[o], k)]--
 		}
-		c = &aggCounts{ring: r, n: make(map[string]int, k)}
+		c = &aggCounts{ring: r, thirdOut: thirdOut, n: make(map[string]int, k)}
 		for i, a := range aggs {
 			if slots[i] > 0 {
 				c.n[a] += slots[i]

@@ -59,10 +59,12 @@ package gossip
 //   - an aggregator's group counter fails over the same way (it is routed
 //     by ownerForLocked) and the third counts it (groupCountLocked).
 //
-// Not covered: a third that aggregates a group of the key (10-16% of keys
-// at 100-300 members) holds that group's aggregate under the key, so it
-// refuses failed-over counters (chainRefusesLocked): such a key is counted
-// by nobody until the ring drops both, as before. Nor a third that dies
+// A third that aggregates a group of the key holds that group's aggregate
+// under the key, so it refuses failed-over counters (chainRefusesLocked):
+// once every member speaks protoChainAgg the third is none of the key's
+// aggregators (ownerchainagg.go; before, 10-16% of keys at 100-300
+// members, counted by nobody until the ring dropped both); in a cluster
+// with older members such a key still is. Not covered: a third that dies
 // too: the chain has three members.
 //
 // After: 300 nodes, owner and replica killed 1 s apart, 93.4-94.0% of the

@@ -323,7 +323,7 @@ func TestAggregatedKeyFailsOverToTheThird(t *testing.T) {
 	for i := 0; n.key == ""; i++ {
 		k := fmt.Sprint("k", i)
 		o, r := ring.owners("api", k)
-		_, _, aggs := ring.aggregatorsOf("api", k)
+		_, _, aggs := ring.aggregatorsOf("api", k, false)
 		if o == "o" && r == "r" && ring.third("api", k) == "t" && !slices.Contains(aggs, "t") {
 			n.key = k
 		}

@@ -47,6 +47,8 @@ func simCommand() *cli.Command {
 			&cli.Float64Flag{Name: "churn", Usage: "fraction of nodes replaced per minute"},
 			&cli.DurationFlag{Name: "kill-owner-at", Usage: "crash the hot key's owner then (no replacement; 0: never)"},
 			&cli.DurationFlag{Name: "kill-replica-at", Usage: "crash the hot key's replica then (no replacement; 0: never): with --kill-owner-at, both crash before either is declared dead"},
+			&cli.StringFlag{Name: "hot-key", Usage: "hot: the key's name (default hot-key)"},
+			&cli.BoolFlag{Name: "hot-key-third-aggregates", Usage: "hot: name the key the first hot-key-N whose third member on the ring (where counters go when its owner and replica are both silent) is one of its aggregators as older members name them; not with --hot-key"},
 			&cli.DurationFlag{Name: "silence-owner-from", Usage: "the hot key's owner sends nothing (a stalled owner: it still hears) from then"},
 			&cli.DurationFlag{Name: "silence-owner-to", Usage: "... until then (after the start; both unset: never)"},
 			&cli.DurationFlag{Name: "partition-from", Usage: "partition: start"},
@@ -79,7 +81,7 @@ func simCommand() *cli.Command {
 			}
 			cfg := sim.Config{
 				Nodes: c.Int("nodes"), Duration: time.Duration(c.Float64("seconds") * float64(time.Second)), Seed: c.Uint64("seed"),
-				Scenario: sim.Scenario(c.String("scenario")), Rate: c.Float64("rate"), Burst: c.Int64("burst"),
+				Scenario: sim.Scenario(c.String("scenario")), HotKey: c.String("hot-key"), HotKeyThirdAggregates: c.Bool("hot-key-third-aggregates"), Rate: c.Float64("rate"), Burst: c.Int64("burst"),
 				Offered: c.Float64("offered"), MinPerNode: c.Float64("min-per-node"), PerHost: c.Float64("per-host"), Keys: c.Int("keys"),
 				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"), GossipMode: c.String("gossip-mode"), AggregateAbove: c.Int("aggregate-above"), FirstShare: c.Bool("first-share"), FirstContact: contact,
 				PushPullInterval: c.Duration("push-pull-interval"), Loss: c.Float64("loss"), Latency: c.Duration("latency"),

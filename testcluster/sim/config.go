@@ -83,8 +83,17 @@ type Config struct {
 
 	// Load.
 	Scenario Scenario // default Hot
-	Rate     float64  // the limit's rate per second. Default 100.
-	Burst    int64    // the limit's burst. Default: Rate.
+	// HotKey names Hot's key (default "hot-key"). HotKeyThirdAggregates
+	// instead names it the first of hot-key-0, hot-key-1, ... whose third
+	// member on the starting ring is at one of its aggregation points (as
+	// members before gossip's protoChainAgg name them: gossip's
+	// ThirdAggregates), the keys the chain failover missed; at least 8
+	// nodes, not with HotKey.
+	HotKey                string
+	HotKeyThirdAggregates bool
+
+	Rate  float64 // the limit's rate per second. Default 100.
+	Burst int64   // the limit's burst. Default: Rate.
 	// Offered is the requests per second all nodes together offer on the
 	// hot key (Hot), split evenly; default 5 × Rate, at least
 	// MinPerNode per node.
@@ -187,6 +196,15 @@ func (c *Config) setDefaults() error {
 	if c.Isolated == 0 {
 		c.Isolated = isolatedNodes
 	}
+	if len(c.HotKey) > maxHotKey {
+		return fmt.Errorf("sim: hot key of %d bytes; at most %d", len(c.HotKey), maxHotKey)
+	}
+	if c.HotKeyThirdAggregates && (c.HotKey != "" || c.Nodes < 8) {
+		return fmt.Errorf("sim: a hot key whose third aggregates it: not with a hot key named (%q), and at least 8 nodes (%d)", c.HotKey, c.Nodes)
+	}
+	if c.HotKey == "" {
+		c.HotKey = "hot-key"
+	}
 	if c.Loss < 0 || c.Loss >= 1 {
 		return fmt.Errorf("sim: loss %v outside [0, 1)", c.Loss)
 	}
@@ -206,6 +224,10 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// maxHotKey is the longest hot key name: a key of gossip's and the
+// store's, kept short.
+const maxHotKey = 256
 
 // check refuses a window that is set but would never act: negative times,
 // an end not after its start, or (nodes >= 0: a split) a split that leaves

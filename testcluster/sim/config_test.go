@@ -27,6 +27,9 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{"owner kill at a negative time", Config{Nodes: 3, KillOwnerAt: -time.Second}, "owner kill"},
 		{"replica kill at a negative time", Config{Nodes: 3, KillReplicaAt: -time.Second}, "replica kill"},
 		{"replica kill after the run", Config{Nodes: 3, Duration: 5 * time.Second, KillReplicaAt: 5 * time.Second}, "replica kill"},
+		{"hot key too long", Config{Nodes: 3, HotKey: strings.Repeat("k", maxHotKey+1)}, "hot key of"},
+		{"hot key named and searched", Config{Nodes: 10, HotKey: "k", HotKeyThirdAggregates: true}, "not with a hot key named"},
+		{"hot key searched on too few nodes", Config{Nodes: 7, HotKeyThirdAggregates: true}, "at least 8 nodes"},
 		{"partition ending at its start", Config{Nodes: 3, Partition: Partition{From: time.Second, To: time.Second, Split: 1}}, "partition"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +44,8 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{Nodes: 3, SilenceOwner: Partition{From: time.Second, To: 2 * time.Second}},
 		{Nodes: 3, Partition: Partition{From: 0, To: time.Second, Split: 1}},
 		{Nodes: 3, KillOwnerAt: time.Second, KillReplicaAt: 2 * time.Second},
+		{Nodes: 3, HotKey: "k"},
+		{Nodes: 8, HotKeyThirdAggregates: true},
 	} {
 		if _, err := New(ok); err != nil {
 			t.Errorf("New(%+v): %v, want it accepted", ok, err)

@@ -1,5 +1,12 @@
 package sim
 
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/sluicelabs/sluice/gossip"
+)
+
 // killOwner crashes the hot key's owner (Config.KillOwnerAt), as kill -9
 // does: it sends nothing more, and the others declare it dead after
 // DetectAfter; until then they fail over to the key's replica on their
@@ -39,4 +46,20 @@ func (s *Sim) killHot(replica bool) {
 			return
 		}
 	}
+}
+
+// hotThirdAggregates returns the first of hot-key-0, hot-key-1, ... whose
+// third member on the ring of the starting nodes is at one of its
+// aggregation points (gossip.ThirdAggregates; Config.HotKeyThirdAggregates).
+func hotThirdAggregates(nodes int) ([]byte, error) {
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = nameOf(i, 0)
+	}
+	for i := range 100_000 {
+		if key := "hot-key-" + strconv.Itoa(i); gossip.ThirdAggregates(names, ruleHot, key) {
+			return []byte(key), nil
+		}
+	}
+	return nil, fmt.Errorf("sim: no hot key whose third member aggregates it among 100000 names at %d nodes", nodes)
 }

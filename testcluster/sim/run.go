@@ -115,7 +115,12 @@ func bare(cfg Config) (*Sim, error) {
 	if s.lim.probe, err = bucket.NewLimit(1_000_000, time.Hour, 1_000_000); err != nil {
 		return nil, fmt.Errorf("sim: the probes' limit: %w", err)
 	}
-	s.hot = []byte("hot-key")
+	s.hot = []byte(cfg.HotKey)
+	if cfg.HotKeyThirdAggregates {
+		if s.hot, err = hotThirdAggregates(cfg.Nodes); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Scenario == Spread {
 		s.keys = make([][]byte, cfg.Keys)
 		for i := range s.keys {
