@@ -187,6 +187,11 @@ type heardSlot struct {
 	// sent is when the latest of its answers was sent, on this node's
 	// clock (ownerchargeonce.go, noteAnswerSentLocked); 0: not noted.
 	sent time.Duration
+	// base is its last when this node last switched to its sender from
+	// another aggregator (or when it started): last − base is what it
+	// charged through it since, which a subscription it comes back to
+	// adds (owneraggswitch.go).
+	base uint64
 	// own marks answers to this node's own counter while it aggregates the
 	// key (aggOwnAnswerLocked): they charge nothing, and they give way to
 	// its group's (owneragg.go, aggHeardSlot).
@@ -868,7 +873,7 @@ func (s *Syncer) heardLocked(sender string, a ownerAnswer, first uint64, now tim
 		if !ok {
 			return 0, 0
 		}
-		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, first: first, at: now, own: own}
+		h.slots[i] = heardSlot{owner: sender, gen: a.gen, last: a.prev, start: a.prev, first: first, at: now, own: own, base: a.prev}
 		slot = &h.slots[i]
 		urgent = true
 	} else {

@@ -520,6 +520,11 @@ func (s *Syncer) aggRoundLocked(now time.Duration, at uint64) []ownerOut {
 			// there: the cluster admits more, by at most an interval of the
 			// group's users): its aggregate, which holds the owner's view,
 			// goes too.
+			// A replica goes on as a user of its aggregator: from what it
+			// heard through the group (owneraggswitch.go).
+			if owner != s.self && replica == s.self && st.hot[[2]string{k.rule, k.key}] != nil {
+				s.aggHandOnLocked(k, g, now)
+			}
 			s.owner.subs -= len(g.o.subs)
 			delete(s.owner.mine, k)
 			delete(st.groups, k)
@@ -728,13 +733,14 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 			heard, switched = s.aggHeardElsewhereLocked(k, sender, a.others), true
 		}
 	} else {
-		heard, switched = s.aggSwitchLocked(k, sender, a.others)
+		heard, switched = s.aggSwitchLocked(k, sender, a.gen, a.others)
 	}
 	if h := s.owner.heard[k]; h != nil {
 		for i := range h.slots {
 			if sl := &h.slots[i]; sl.owner == sender && sl.gen == a.gen {
 				if switched {
 					sl.last = max(sl.last, heard)
+					sl.base = sl.last // charged through it from here (owneraggswitch.go)
 				}
 				return a
 			}

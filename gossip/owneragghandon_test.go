@@ -149,3 +149,93 @@ func b2u(b bool) uint64 {
 	}
 	return 0
 }
+
+// An aggregator whose ring makes it the key's replica (a member declared
+// dead) drops its group and goes on as a user of its aggregator: it hands
+// the group on, so the answer on the subscription it comes back to adds
+// what it charged through its group meanwhile, whatever the group's
+// numbering. It was charged again everything its group had told it
+// (300 simulated nodes, 10%/min churn, the owner killed at 8 s, seed 9:
+// the old replica, an aggregator of the joiner owner's lower numbering
+// from 15.5 s to 18.9 s, told 0 to 324 there, then charged 347 by its old
+// aggregator's answer for the others' 23; +501 at the end).
+func TestAggregatorMadeReplicaComesBackOnce(t *testing.T) {
+	const n = 20
+	a, clock := newClockedAggSyncer(n)
+	a.mu.Lock()
+	key, dead, next := replicaKey(a.owner.ring, a.self)
+	owner, _ := a.owner.ring.owners("api", key)
+	a.mu.Unlock()
+	if key == "" {
+		t.Fatal("no key this node aggregates and becomes the replica of when a member goes")
+	}
+	k := aggKey{"api", key, 0}
+	answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
+		t.Helper()
+		*clock = clock.Add(a.cfg.GossipInterval)
+		return answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
+	}
+	round := func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.aggRoundLocked(a.sinceBorn(), uint64(clock.UnixNano()))
+	}
+
+	// The replica, a user of next: told 1,000 by the notice, then 1,100.
+	setAggMember(a, dead, false)
+	a.mu.Lock()
+	a.owner.agg.hot = map[[2]string]*aggUse{{"api", key}: {used: a.sinceBorn(), baseSet: true, base: 1000}}
+	a.mu.Unlock()
+	var total uint64
+	for _, others := range []uint64{1000, 1100} {
+		total += answer(next, 1, 0, others, 0)
+	}
+	// The member back (the ring names this node an aggregator of the
+	// key): its group, which the owner answers in a numbering 1,100 below.
+	setAggMember(a, dead, true)
+	a.mu.Lock()
+	epoch := a.aggGroupLocked(k, a.sinceBorn()).epoch
+	a.mu.Unlock()
+	for _, others := range []uint64{0, 150, 324} {
+		total += answer(owner, 7, 0, others, epoch)
+	}
+	if total != 424 {
+		t.Fatalf("before it is the replica again: charged %d in all, want 100 + 324", total)
+	}
+	// The member gone again: this node is the replica, its group goes.
+	setAggMember(a, dead, false)
+	round()
+	a.mu.Lock()
+	g := a.owner.agg.groups[k]
+	a.mu.Unlock()
+	if g != nil {
+		t.Fatal("the replica kept its group")
+	}
+	if got := answer(next, 1, 1100, 1100+324+23, 0); got != 23 {
+		t.Errorf("its old aggregator's answer on the subscription it left: charged %d, want the 23 consumed since its group's last answer", got)
+	}
+	if got := answer(owner, 7, 0, 330, epoch); got != 0 {
+		t.Errorf("the owner's late answer to the group it dropped: charged %d, want 0", got)
+	}
+}
+
+// replicaKey returns a key that member self aggregates on ring r, and a
+// member dead whose going makes self the key's replica, its owner
+// unchanged; next is self's aggregator of the key then.
+func replicaKey(r *ownerRing, self string) (key, dead, next string) {
+	for i := range 2000 {
+		k := fmt.Sprint("k", i)
+		owner, replica := r.owners("api", k)
+		if owner == self || replica == self || r.aggregatorFor("api", k, self, 0) != self {
+			continue
+		}
+		small := r.with(replica, false)
+		if o, rep := small.owners("api", k); o != owner || rep != self {
+			continue
+		}
+		if next := small.aggregatorFor("api", k, self, 0); next != "" && next != self {
+			return k, replica, next
+		}
+	}
+	return "", "", ""
+}

@@ -192,3 +192,55 @@ func TestSwitchToAGroupInTheReplicasNumbering(t *testing.T) {
 		})
 	}
 }
+
+// A user that comes back to the subscription it left (the ring moved its
+// slot to another group, then back) adds to where that subscription
+// stopped what it charged through the other group meanwhile, whatever
+// that group's numbering: it was charged again everything the other group
+// told it when that group counted in a lower numbering (300 simulated
+// nodes, 10%/min churn, the owner killed at 8 s, seed 9: users moved from
+// an aggregator that told 1,660 to the old replica's group, told 0 to 302,
+// and back: charged 344 for the others' 42; 10 users +299..+336). Over the
+// round trip, every case charges what the others consumed once: in one
+// numbering, the few tokens a lagging group charged once more at the
+// switch are taken back on return.
+func TestComingBackFromAGroupInALowerNumbering(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// The other group's answers: its first (prev, others), then its
+		// others at two later answers; back is the old aggregator's others
+		// on return, 40 consumed since the other's last answer.
+		prev, first, later1, later2, back uint64
+		want                              [4]uint64 // charged by each
+	}{
+		{name: "the replica's numbering, 1,100 below", prev: 0, first: 0, later1: 150, later2: 302, back: 1442, want: [4]uint64{0, 150, 152, 40}},
+		{name: "the owner's numbering, 5 behind: taken back on return", prev: 1000, first: 1095, later1: 1195, later2: 1256, back: 1296, want: [4]uint64{0, 100, 61, 35}},
+		{name: "the owner's numbering, 40 ahead", prev: 1100, first: 1140, later1: 1240, later2: 1300, back: 1340, want: [4]uint64{40, 100, 60, 40}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			net := newSwitchNet(t)
+			net.answer(net.x, 1, 0, 1000) // from the notice's 1,000: 0
+			if got := net.answer(net.x, 1, 0, 1100); got != 100 {
+				t.Fatalf("100 more: charged %d, want 100", got)
+			}
+			net.ring(true) // the joiner moves its slot to y
+			var total uint64
+			for i, a := range [][2]uint64{{tc.prev, tc.first}, {tc.prev, tc.later1}, {tc.prev, tc.later2}} {
+				got := net.answer(net.y, 2, a[0], a[1])
+				total += got
+				if got != tc.want[i] {
+					t.Errorf("answer %d of the other group (others %d): charged %d, want %d", i+1, a[1], got, tc.want[i])
+				}
+			}
+			net.ring(false) // back to x, on the subscription it left
+			got := net.answer(net.x, 1, 1100, tc.back)
+			total += got
+			if got != tc.want[3] {
+				t.Errorf("the old aggregator's answer on return (others %d): charged %d, want %d", tc.back, got, tc.want[3])
+			}
+			if consumed := tc.back - 1100; total != consumed {
+				t.Errorf("charged %d from the switch to the return; the others consumed %d (the old aggregator's numbering)", total, consumed)
+			}
+		})
+	}
+}
