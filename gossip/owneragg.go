@@ -147,6 +147,11 @@ type aggUse struct {
 	handedFrom               string
 	handedAt                 time.Duration
 	handedSwitch             bool
+	// handedGen is the subscription of handedFrom the handed group's
+	// answers came on, and handedLast where it stood when this node last
+	// charged on it: a group it makes again goes on from there
+	// (owneraggflap.go).
+	handedGen, handedLast uint64
 	// heardFrom is the aggregator that last answered; subAt when this node
 	// last sent it a counter with nothing new to subscribe (see
 	// aggSubscribeLocked).
@@ -716,7 +721,7 @@ func (s *Syncer) aggAcceptLocked(rule, key string, window uint64, sender string)
 func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ownerAnswer {
 	k := aggKey{a.rule, a.key, a.window}
 	var heard uint64
-	switched := false
+	switched, regroup := false, false
 	if fromOwner {
 		g := s.owner.agg.groups[k]
 		switch {
@@ -730,7 +735,7 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 			// what it heard through another aggregator since is charged
 			// already (20 simulated nodes of 1,000 whose ring flapped ended
 			// 150-216 tokens over).
-			heard, switched = s.aggHeardElsewhereLocked(k, sender, a.others), true
+			heard, switched, regroup = s.aggHeardElsewhereLocked(k, sender, a.others), true, true
 		}
 	} else {
 		heard, switched = s.aggSwitchLocked(k, sender, a.gen, a.others)
@@ -738,6 +743,9 @@ func (s *Syncer) aggFirstLocked(sender string, a ownerAnswer, fromOwner bool) ow
 	if h := s.owner.heard[k]; h != nil {
 		for i := range h.slots {
 			if sl := &h.slots[i]; sl.owner == sender && sl.gen == a.gen {
+				if regroup {
+					sl.last = s.aggRegroupFromLocked(k, sender, a.gen, sl.last, a.others) // owneraggflap.go
+				}
 				if switched {
 					sl.last = max(sl.last, heard)
 					sl.base = sl.last // charged through it from here (owneraggswitch.go)
@@ -906,6 +914,7 @@ func (s *Syncer) aggOwnAnswerLocked(a ownerAnswer) bool {
 // Caller holds s.mu, after heardLocked took the answer.
 func (s *Syncer) aggOwnChargeLocked(sender string, a ownerAnswer, tokens uint64) uint64 {
 	if !s.aggOwnAnswerLocked(a) {
+		s.aggChargedOnLocked(sender, a) // owneraggflap.go
 		return tokens
 	}
 	u := s.owner.agg.hot[[2]string{a.rule, a.key}]

@@ -192,6 +192,7 @@ func (s *Syncer) aggHandOnLocked(k aggKey, g *aggGroup, now time.Duration) {
 			sl.raise(g.o.total)
 		}
 	}
+	s.aggHandedNoteLocked(k, u, g) // owneraggflap.go
 }
 
 // aggHandedFloorLocked adjusts a, an answer of the key's owner (sender) to
