@@ -177,7 +177,10 @@ func (s *Syncer) aggHandOnLocked(k aggKey, g *aggGroup, now time.Duration) {
 	}
 	u.handedUpTo, u.handedWindow, u.handedFrom, u.handedAt, u.handedSwitch = g.o.total, k.window, g.upFrom, now, true
 	u.heardFrom, u.cameFrom, u.baseSet = s.self, "", false
+	u.handedAlt, u.handedAltUpTo = "", 0
 	if h := s.owner.heard[k]; h != nil {
+		// The other owner that answered the group, before the raise below (owneraggfloor.go).
+		u.handedAlt, u.handedAltUpTo = handedAltOf(h, g.upFrom)
 		var via uint64 // charged through the group: what the owner's answers to it added
 		for _, sl := range h.slots {
 			if sl.owner == g.upFrom && !sl.own {
@@ -204,11 +207,19 @@ func (s *Syncer) aggHandOnLocked(k aggKey, g *aggGroup, now time.Duration) {
 // the group is idle. Caller holds s.mu.
 func (s *Syncer) aggHandedFloorLocked(sender string, a ownerAnswer) ownerAnswer {
 	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
-	if u == nil || u.handedFrom != sender || u.handedWindow != a.window || s.sinceBorn()-u.handedAt > s.subTTL() {
+	if u == nil || u.handedWindow != a.window || s.sinceBorn()-u.handedAt > s.subTTL() {
 		return a
 	}
 	k := aggKey{a.rule, a.key, a.window}
-	floor := max(u.handedUpTo, s.aggHeardElsewhereLocked(k, sender, a.others))
+	var floor uint64
+	switch sender {
+	case u.handedFrom:
+		floor = max(u.handedUpTo, s.aggHeardElsewhereLocked(k, sender, a.others))
+	case u.handedAlt:
+		floor = s.aggHandedAltFloorLocked(k, u) // owneraggfloor.go
+	default:
+		return a
+	}
 	if h := s.owner.heard[k]; h != nil {
 		for i := range h.slots {
 			if sl := &h.slots[i]; sl.owner == sender && sl.gen == a.gen {
