@@ -202,7 +202,9 @@ func (s *Syncer) aggHandOnLocked(k aggKey, g *aggGroup, now time.Duration) {
 // node handed its group on, its subscription starts (or goes on) at least
 // from the group's total, if sender is the owner whose numbering
 // that is (aggHandOnLocked), within subTTL, and from what its new
-// aggregator told it since. The owner only acknowledged an aggregator's
+// aggregator told it since; if sender is the other owner that last
+// answered the group (the replica after a failover), from what it told
+// the group and what this node charged since (owneraggfloor.go). The owner only acknowledged an aggregator's
 // own counter while its group was active, and answers it from there once
 // the group is idle. Caller holds s.mu.
 func (s *Syncer) aggHandedFloorLocked(sender string, a ownerAnswer) ownerAnswer {
