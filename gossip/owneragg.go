@@ -152,6 +152,12 @@ type aggUse struct {
 	// charged on it: a group it makes again goes on from there
 	// (owneraggflap.go).
 	handedGen, handedLast uint64
+	// handedAlt is the other owner that last answered the group when this
+	// node handed it on (the replica during a failover, numbering from
+	// it), handedAltUpTo the last others it told the group: its answers
+	// charge only what lies above (aggHandedFloorLocked).
+	handedAlt     string
+	handedAltUpTo uint64
 	// heardFrom is the aggregator that last answered; subAt when this node
 	// last sent it a counter with nothing new to subscribe (see
 	// aggSubscribeLocked).

@@ -177,7 +177,10 @@ func (s *Syncer) aggHandOnLocked(k aggKey, g *aggGroup, now time.Duration) {
 	}
 	u.handedUpTo, u.handedWindow, u.handedFrom, u.handedAt, u.handedSwitch = g.o.total, k.window, g.upFrom, now, true
 	u.heardFrom, u.cameFrom, u.baseSet = s.self, "", false
+	u.handedAlt, u.handedAltUpTo = "", 0
 	if h := s.owner.heard[k]; h != nil {
+		// The other owner that answered the group, before the raise below (owneraggfloor.go).
+		u.handedAlt, u.handedAltUpTo = handedAltOf(h, g.upFrom)
 		var via uint64 // charged through the group: what the owner's answers to it added
 		for _, sl := range h.slots {
 			if sl.owner == g.upFrom && !sl.own {
@@ -200,16 +203,26 @@ func (s *Syncer) aggHandOnLocked(k aggKey, g *aggGroup, now time.Duration) {
 // node handed its group on, its subscription starts (or goes on) at least
 // from the group's total, if sender is the owner whose numbering
 // that is (aggHandOnLocked), within subTTL, and from what its new
-// aggregator told it since. The owner only acknowledged an aggregator's
+// aggregator told it since; if sender is the other owner that last
+// answered the group (the replica after a failover), from what it told
+// the group and what this node charged since (owneraggfloor.go). The owner only acknowledged an aggregator's
 // own counter while its group was active, and answers it from there once
 // the group is idle. Caller holds s.mu.
 func (s *Syncer) aggHandedFloorLocked(sender string, a ownerAnswer) ownerAnswer {
 	u := s.owner.agg.hot[[2]string{a.rule, a.key}]
-	if u == nil || u.handedFrom != sender || u.handedWindow != a.window || s.sinceBorn()-u.handedAt > s.subTTL() {
+	if u == nil || u.handedWindow != a.window || s.sinceBorn()-u.handedAt > s.subTTL() {
 		return a
 	}
 	k := aggKey{a.rule, a.key, a.window}
-	floor := max(u.handedUpTo, s.aggHeardElsewhereLocked(k, sender, a.others))
+	var floor uint64
+	switch sender {
+	case u.handedFrom:
+		floor = max(u.handedUpTo, s.aggHeardElsewhereLocked(k, sender, a.others))
+	case u.handedAlt:
+		floor = s.aggHandedAltFloorLocked(k, u) // owneraggfloor.go
+	default:
+		return a
+	}
 	if h := s.owner.heard[k]; h != nil {
 		for i := range h.slots {
 			if sl := &h.slots[i]; sl.owner == sender && sl.gen == a.gen {

@@ -1,0 +1,76 @@
+package gossip
+
+import "testing"
+
+// A member that hands its group on after the key failed over (the group
+// in the owner's numbering, the replica's answers to it in the replica's,
+// which counts from the failover) is charged by the replica's answers to
+// its own counter only what the others consumed since: what the replica
+// told the group, and what its new aggregator charged it since, are
+// charged already. Before, the replica's first answer to its own counter
+// charged the replica's whole count (the key's fourth member of 100
+// simulated nodes, the owner killed at 8 s: 1,092 tokens at once, 1,108
+// over what the others admitted). Nothing the others consumed is left
+// uncharged: an answer at the floor charges nothing, and each token above
+// it is charged once.
+func TestHandedOnAfterFailoverIsChargedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		viaAt uint64 // its new aggregator's answer before the replica's (0: none)
+		steps []struct{ others, want uint64 }
+	}{
+		{name: "the replica answers first", steps: []struct{ others, want uint64 }{{300, 0}, {340, 40}, {345, 5}}},
+		{name: "after its new aggregator's answer", viaAt: 1320, steps: []struct{ others, want uint64 }{{320, 0}, {330, 10}, {360, 30}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 20
+			a, clock := newClockedAggSyncer(n)
+			a.mu.Lock()
+			key, joiner, next := handOnKey(a.owner.ring, a.self)
+			owner, replica := a.owner.ring.owners("api", key)
+			a.mu.Unlock()
+			if key == "" {
+				t.Fatal("no key this node aggregates whose slots a joiner takes")
+			}
+			k := aggKey{"api", key, 0}
+			answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
+				t.Helper()
+				*clock = clock.Add(a.cfg.GossipInterval)
+				return answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
+			}
+			a.mu.Lock()
+			epoch := a.aggGroupLocked(k, a.sinceBorn()).epoch
+			a.mu.Unlock()
+			if got := answer(owner, 7, 0, 1000, epoch); got != 1000 {
+				t.Fatalf("the owner's first answer to the group charged %d, want 1000", got)
+			}
+			// The owner falls silent: the replica counts the key from the
+			// failover and tells the group 300 in its numbering.
+			if got := answer(replica, 5, 0, 300, epoch); got != 300 {
+				t.Fatalf("the replica's answer to the group charged %d, want 300", got)
+			}
+			setAggMember(a, joiner, true)
+			a.mu.Lock()
+			a.aggRoundLocked(a.sinceBorn(), uint64(clock.UnixNano())) // hands the group on
+			handed := a.owner.agg.groups[k] == nil
+			a.mu.Unlock()
+			if !handed {
+				t.Fatal("the group was not handed on")
+			}
+			var via uint64
+			if tc.viaAt > 0 {
+				via = tc.viaAt - 1300 // above the group's total, in the owner's numbering
+				if got := answer(next, 3, 1000, tc.viaAt, 0); got != via {
+					t.Fatalf("its new aggregator's answer charged %d, want %d", got, via)
+				}
+			}
+			prev := uint64(0) // the replica's new subscription of its own counter
+			for _, st := range tc.steps {
+				if got := answer(replica, 9, prev, st.others, 1); got != st.want {
+					t.Errorf("the replica's answer to its own counter, others %d: charged %d, want %d", st.others, got, st.want)
+				}
+				prev = st.others
+			}
+		})
+	}
+}
