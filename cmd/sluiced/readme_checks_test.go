@@ -460,7 +460,11 @@ func readmeProxySidecar(t *testing.T, e *readmeEnv, b readmeBlock) {
 	p := startProc(t, cmd)
 	var code int
 	var limit string
-	eventually(t, "the sidecar proxy answers", func() bool {
+	var answered int64
+	// A request the proxy let through failing open (not yet connected to
+	// the daemon, or a decision later than its timeout on a loaded
+	// machine) carries no limit headers: ask again until one was decided.
+	eventually(t, "the sidecar proxy answers with the daemon's decision", func() bool {
 		select {
 		case err := <-p.exited:
 			p.exited <- err
@@ -474,11 +478,12 @@ func readmeProxySidecar(t *testing.T, e *readmeEnv, b readmeBlock) {
 			return false
 		}
 		resp.Body.Close()
+		answered++
 		code, limit = resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit")
-		return true
+		return limit != ""
 	})
-	if code != 200 || limit != "100" || served.Load() != 1 {
-		t.Fatalf("%s: GET /items through sluiced proxy: %d, X-Ratelimit-Limit %q, the service saw %d", b, code, limit, served.Load())
+	if code != 200 || limit != "100" || served.Load() != answered {
+		t.Fatalf("%s: GET /items through sluiced proxy: %d, X-Ratelimit-Limit %q, the service saw %d of %d answered requests", b, code, limit, served.Load(), answered)
 	}
 }
 
