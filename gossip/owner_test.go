@@ -131,6 +131,18 @@ func answerCharged(t testing.TB, s *Syncer, sender string, at time.Time, a owner
 	return tokens
 }
 
+// clockedAnswer returns a function that moves clock on one gossip interval
+// and has s receive from sender an answer for key (acknowledging its use 1)
+// stamped then, returning the tokens it charges (tests on
+// newClockedAggSyncer).
+func clockedAnswer(t testing.TB, s *Syncer, clock *time.Time, key string) func(from string, gen, prev, others, ackEpoch uint64) uint64 {
+	return func(from string, gen, prev, others, ackEpoch uint64) uint64 {
+		t.Helper()
+		*clock = clock.Add(s.cfg.GossipInterval)
+		return answerCharged(t, s, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
+	}
+}
+
 // An owner-counters packet is a stamped counters packet under kind 4, and
 // decodes back to its counters.
 func TestOwnerCountersWire(t *testing.T) {

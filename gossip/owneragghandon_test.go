@@ -35,11 +35,7 @@ func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
 			}
 			k := aggKey{"api", key, 0}
 			ring := func(join bool) { setAggMember(a, joiner, join) }
-			answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
-				t.Helper()
-				*clock = clock.Add(a.cfg.GossipInterval)
-				return answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
-			}
+			answer := clockedAnswer(t, a, clock, key)
 			group := func() uint64 { // this node aggregates the key (its users' counters made the group)
 				a.mu.Lock()
 				defer a.mu.Unlock()
@@ -170,11 +166,7 @@ func TestAggregatorMadeReplicaComesBackOnce(t *testing.T) {
 		t.Fatal("no key this node aggregates and becomes the replica of when a member goes")
 	}
 	k := aggKey{"api", key, 0}
-	answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
-		t.Helper()
-		*clock = clock.Add(a.cfg.GossipInterval)
-		return answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
-	}
+	answer := clockedAnswer(t, a, clock, key)
 	round := func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()

@@ -97,23 +97,14 @@ func TestOwnerAndReplicaDeadFailOverToTheThird(t *testing.T) {
 				n.round("", "r", "t", "x", "y", "z")
 			}
 			n.dead["r"] = true
-			base, usedAt := map[string]uint64{}, map[string]uint64{}
-			for _, name := range live {
-				base[name], usedAt[name] = n.ledgers[name].charged["api/"+n.key], n.used[name]
-			}
+			base, usedAt := n.tally(live)
 			// What the replica counted in its last round before it died, and
 			// told nobody, and the last rounds not answered yet.
 			slack := 2 * uint64(len(live))
 			check := func(when string) {
 				t.Helper()
 				for _, name := range live {
-					var others uint64
-					for _, m := range live {
-						if m != name {
-							others += n.used[m] - usedAt[m]
-						}
-					}
-					got := n.ledgers[name].charged["api/"+n.key] - base[name]
+					got, others := n.since(name, live, base, usedAt)
 					t.Logf("%s: %s charged %d since the replica died, the live others consumed %d", when, name, got, others)
 					if got+slack < others || got > others+slack {
 						t.Errorf("%s: %s charged %d since the replica died, the live others consumed %d: want within %d", when, name, got, others, slack)
@@ -166,10 +157,7 @@ func TestLateReplicaEndsTheChainAndChargesOnce(t *testing.T) {
 				n.round("", n.names...)
 			}
 			n.dead["o"] = true
-			base, usedAt := map[string]uint64{}, map[string]uint64{}
-			for _, name := range live {
-				base[name], usedAt[name] = n.ledgers[name].charged["api/"+n.key], n.used[name]
-			}
+			base, usedAt := n.tally(live)
 			for range ownerFailover + 10 { // failed over to the replica
 				n.round("", live...)
 			}
@@ -199,13 +187,7 @@ func TestLateReplicaEndsTheChainAndChargesOnce(t *testing.T) {
 			}
 			slack := 2 * uint64(len(live))
 			for _, name := range live {
-				var others uint64
-				for _, m := range live {
-					if m != name {
-						others += n.used[m] - usedAt[m]
-					}
-				}
-				got := n.ledgers[name].charged["api/"+n.key] - base[name]
+				got, others := n.since(name, live, base, usedAt)
 				t.Logf("%s charged %d since the owner died, the live others consumed %d", name, got, others)
 				if got < others || got > others+slack {
 					t.Errorf("%s charged %d since the owner died, the live others consumed %d: want %d to %d", name, got, others, others, others+slack)
@@ -282,21 +264,12 @@ func TestOnlyTheOwnersAnswersEndTheWaitForIt(t *testing.T) {
 		n.round("", live...)
 	}
 	n.bury("o")
-	base, usedAt := map[string]uint64{}, map[string]uint64{}
-	for _, name := range live {
-		base[name], usedAt[name] = n.ledgers[name].charged["api/"+n.key], n.used[name]
-	}
+	base, usedAt := n.tally(live)
 	for range 3 * ownerFailover {
 		n.round("", live...)
 	}
 	for _, name := range live {
-		var others uint64
-		for _, m := range live {
-			if m != name {
-				others += n.used[m] - usedAt[m]
-			}
-		}
-		got := n.ledgers[name].charged["api/"+n.key] - base[name]
+		got, others := n.since(name, live, base, usedAt)
 		t.Logf("%s charged %d of the %d the live others consumed since the owner was dropped", name, got, others)
 		// The last rounds are not answered yet.
 		if slack := 2 * uint64(len(live)); got+slack < others || got > others+slack {
@@ -314,24 +287,60 @@ func TestOnlyTheOwnersAnswersEndTheWaitForIt(t *testing.T) {
 // every group admitted on its aggregator's own balance (300 simulated
 // nodes: 17 times the limit a second).
 func TestAggregatedKeyFailsOverToTheThird(t *testing.T) {
+	n := newFailoverNet(t, aggChainNames()...).withSends(4)
+	c := n.failAggChain(false)
+	if c.groups == 0 {
+		t.Fatal("no aggregator failed over to the third: the test does not test it")
+	}
+	c.settle()
+}
+
+// aggChainNames are the members of an aggregated chain's net (failAggChain):
+// an owner o, a replica r, a third t and ten users, enough for the key to
+// be aggregated.
+func aggChainNames() []string {
 	names := []string{"o", "r", "t"}
 	for i := range 10 {
 		names = append(names, fmt.Sprintf("u%02d", i))
 	}
-	n := newFailoverNet(t, names...).withSends(4)
+	return names
+}
+
+// aggChain is an aggregated key whose owner and replica died (failAggChain):
+// what its live members were charged and had consumed when the replica
+// died, and the most group entries its third held since.
+type aggChain struct {
+	n            *failoverNet
+	live         []string
+	base, usedAt map[string]uint64
+	groups       int
+}
+
+// failAggChain picks a key of n (made of aggChainNames) chained by o, r, t
+// whose third is one of its aggregators as ring.aggregatorsOf names them
+// with the third kept in (thirdAggregates) or none of them; runs 100 rounds
+// of everyone consuming, kills the owner, 30 rounds of the others, kills
+// the replica, runs 200 rounds of the live members consuming, and checks
+// them while both dead are still members.
+func (n *failoverNet) failAggChain(thirdAggregates bool) *aggChain {
+	n.t.Helper()
+	names := n.names
 	ring := newOwnerRing(names)
 	for i := 0; n.key == ""; i++ {
 		k := fmt.Sprint("k", i)
 		o, r := ring.owners("api", k)
 		_, _, aggs := ring.aggregatorsOf("api", k, false)
-		if o == "o" && r == "r" && ring.third("api", k) == "t" && !slices.Contains(aggs, "t") {
+		if o == "o" && r == "r" && ring.third("api", k) == "t" && slices.Contains(aggs, "t") == thirdAggregates {
 			n.key = k
 		}
 		if i > 100000 {
-			t.Fatal("no key chained by o, r, t whose third aggregates none of it")
+			if thirdAggregates {
+				n.t.Fatal("no key chained by o, r, t whose third was one of its aggregators")
+			}
+			n.t.Fatal("no key chained by o, r, t whose third aggregates none of it")
 		}
 	}
-	live := names[2:]
+	c := &aggChain{n: n, live: names[2:]}
 	for range 100 {
 		n.round("", n.names...)
 	}
@@ -340,45 +349,42 @@ func TestAggregatedKeyFailsOverToTheThird(t *testing.T) {
 		n.round("", names[1:]...)
 	}
 	n.dead["r"] = true
-	base, usedAt := map[string]uint64{}, map[string]uint64{}
-	for _, name := range live {
-		base[name], usedAt[name] = n.ledgers[name].charged["api/"+n.key], n.used[name]
-	}
-	groups := 0
+	c.base, c.usedAt = n.tally(c.live)
 	for range 200 {
-		n.round("", live...)
-		groups = max(groups, n.nodes["t"].AggStats().GroupEntries)
+		n.round("", c.live...)
+		c.groups = max(c.groups, n.nodes["t"].AggStats().GroupEntries)
 	}
-	// As TestReplicaOfAnAggregatedKeyIsChargedOnce: a few rounds of the
-	// others' consumption in flight when groups moved.
-	slack := 3 * uint64(len(live)-1)
-	check := func(when string) {
-		t.Helper()
-		for _, name := range live {
-			var others uint64
-			for _, m := range live {
-				if m != name {
-					others += n.used[m] - usedAt[m]
-				}
-			}
-			got := n.ledgers[name].charged["api/"+n.key] - base[name]
-			t.Logf("%s: %s charged %d since the replica died, the others consumed %d", when, name, got, others)
-			if got > others+slack || got+slack < others {
-				t.Errorf("%s: %s charged %d since the replica died, the others consumed %d: want within %d", when, name, got, others, slack)
-			}
+	c.check("both dead, still members")
+	return c
+}
+
+// check has every live member charged what the others consumed since the
+// replica died. As TestReplicaOfAnAggregatedKeyIsChargedOnce: a few rounds
+// of the others' consumption in flight when groups moved.
+func (c *aggChain) check(when string) {
+	t := c.n.t
+	t.Helper()
+	slack := 3 * uint64(len(c.live)-1)
+	for _, name := range c.live {
+		got, others := c.n.since(name, c.live, c.base, c.usedAt)
+		t.Logf("%s: %s charged %d since the replica died, the others consumed %d", when, name, got, others)
+		if got > others+slack || got+slack < others {
+			t.Errorf("%s: %s charged %d since the replica died, the others consumed %d: want within %d", when, name, got, others, slack)
 		}
 	}
-	check("both dead, still members")
-	if groups == 0 {
-		t.Fatal("no aggregator failed over to the third: the test does not test it")
-	}
-	n.bury("o")
-	n.bury("r")
+}
+
+// settle has the ring drop the owner and the replica, runs 40 rounds of
+// the live members consuming and 600 of nobody, and checks them again.
+func (c *aggChain) settle() {
+	c.n.t.Helper()
+	c.n.bury("o")
+	c.n.bury("r")
 	for range 40 {
-		n.round("", live...)
+		c.n.round("", c.live...)
 	}
 	for range 600 {
-		n.round("")
+		c.n.round("")
 	}
-	check("both buried, settled")
+	c.check("both buried, settled")
 }

@@ -97,69 +97,10 @@ func TestThirdAggregatesNoneOfItsKeys(t *testing.T) {
 // of the others' 2,000 tokens while both dead were members, and 29-84% of
 // their 2,400 once the ring had dropped both and settled).
 func TestThirdOfAnAggregatedKeyCounts(t *testing.T) {
-	names := []string{"o", "r", "t"}
-	for i := range 10 {
-		names = append(names, fmt.Sprintf("u%02d", i))
-	}
-	n := newFailoverNet(t, names...).withSends(4).speaking(protoChainAgg)
-	ring := newOwnerRing(names)
-	for i := 0; n.key == ""; i++ {
-		k := fmt.Sprint("k", i)
-		o, r := ring.owners("api", k)
-		_, _, before := ring.aggregatorsOf("api", k, false)
-		if o == "o" && r == "r" && ring.third("api", k) == "t" && slices.Contains(before, "t") {
-			n.key = k
-		}
-		if i > 100000 {
-			t.Fatal("no key chained by o, r, t whose third was one of its aggregators")
-		}
-	}
-	live := names[2:]
-	for range 100 {
-		n.round("", n.names...)
-	}
-	n.dead["o"] = true
-	for range 30 {
-		n.round("", names[1:]...)
-	}
-	n.dead["r"] = true
-	base, usedAt := map[string]uint64{}, map[string]uint64{}
-	for _, name := range live {
-		base[name], usedAt[name] = n.ledgers[name].charged["api/"+n.key], n.used[name]
-	}
-	groups := 0
-	for range 200 {
-		n.round("", live...)
-		groups = max(groups, n.nodes["t"].AggStats().GroupEntries)
-	}
-	// As TestAggregatedKeyFailsOverToTheThird.
-	slack := 3 * uint64(len(live)-1)
-	check := func(when string) {
-		t.Helper()
-		for _, name := range live {
-			var others uint64
-			for _, m := range live {
-				if m != name {
-					others += n.used[m] - usedAt[m]
-				}
-			}
-			got := n.ledgers[name].charged["api/"+n.key] - base[name]
-			if got > others+slack || got+slack < others {
-				t.Errorf("%s: %s charged %d since the replica died, the others consumed %d: want within %d", when, name, got, others, slack)
-			}
-		}
-	}
-	check("both dead, still members")
-	if groups == 0 {
+	n := newFailoverNet(t, aggChainNames()...).withSends(4).speaking(protoChainAgg)
+	c := n.failAggChain(true)
+	if c.groups == 0 {
 		t.Error("no aggregator failed over to the third")
 	}
-	n.bury("o")
-	n.bury("r")
-	for range 40 {
-		n.round("", live...)
-	}
-	for range 600 {
-		n.round("")
-	}
-	check("both buried, settled")
+	c.settle()
 }

@@ -220,6 +220,18 @@ func (n *failoverNet) tally(names []string) (charged, used map[string]uint64) {
 	return charged, used
 }
 
+// since returns what name has been charged for n.key since base and what
+// the others of live have consumed since usedAt (base and usedAt as tally
+// returned them).
+func (n *failoverNet) since(name string, live []string, base, usedAt map[string]uint64) (got, others uint64) {
+	for _, m := range live {
+		if m != name {
+			others += n.used[m] - usedAt[m]
+		}
+	}
+	return n.ledgers[name].charged["api/"+n.key] - base[name], others
+}
+
 // An owner that dies (kill -9: it sends and hears nothing) is still failed
 // over from within ownerFailover rounds: its contributors send to the
 // replica, which answers them, and every live node is charged what the
@@ -241,13 +253,7 @@ func TestDeadOwnerIsFailedOver(t *testing.T) {
 	check := func(when string, slack uint64) {
 		t.Helper()
 		for _, name := range live {
-			var others uint64
-			for _, m := range live {
-				if m != name {
-					others += n.used[m] - usedAt[m]
-				}
-			}
-			got := n.ledgers[name].charged["api/"+n.key] - base[name]
+			got, others := n.since(name, live, base, usedAt)
 			t.Logf("%s: %s: charged %d since the owner died, the live others consumed %d", when, name, got, others)
 			if got+slack < others {
 				t.Errorf("%s: %s charged %d since the owner died, the live others consumed %d (slack %d)", when, name, got, others, slack)
