@@ -44,21 +44,8 @@ func TestRegroupAfterAHandOnChargesWhatTheHandedGroupToldUncharged(t *testing.T)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const n = 20
-			a, clock := newClockedAggSyncer(n)
-			a.mu.Lock()
-			key, joiner, next := handOnKey(a.owner.ring, a.self)
-			owner, _ := a.owner.ring.owners("api", key)
-			a.mu.Unlock()
-			if key == "" {
-				t.Fatal("no key this node aggregates whose slots a joiner takes")
-			}
-			k := aggKey{"api", key, 0}
-			answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
-				t.Helper()
-				*clock = clock.Add(a.cfg.GossipInterval)
-				return answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
-			}
+			net := newHandOnNet(t, handOnKey, noHandOnKey)
+			a, clock, joiner, next, owner, k, answer := net.a, net.clock, net.member, net.next, net.owner, net.k, net.answer
 			group := func() uint64 { // this node aggregates the key (its users' counters made the group)
 				a.mu.Lock()
 				defer a.mu.Unlock()

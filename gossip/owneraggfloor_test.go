@@ -23,21 +23,8 @@ func TestHandedOnAfterFailoverIsChargedOnce(t *testing.T) {
 		{name: "after its new aggregator's answer", viaAt: 1320, steps: []struct{ others, want uint64 }{{320, 0}, {330, 10}, {360, 30}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const n = 20
-			a, clock := newClockedAggSyncer(n)
-			a.mu.Lock()
-			key, joiner, next := handOnKey(a.owner.ring, a.self)
-			owner, replica := a.owner.ring.owners("api", key)
-			a.mu.Unlock()
-			if key == "" {
-				t.Fatal("no key this node aggregates whose slots a joiner takes")
-			}
-			k := aggKey{"api", key, 0}
-			answer := func(from string, gen, prev, others, ackEpoch uint64) uint64 {
-				t.Helper()
-				*clock = clock.Add(a.cfg.GossipInterval)
-				return answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: key, gen: gen, prev: prev, others: others, ackEpoch: ackEpoch, ackUsed: 1})
-			}
+			net := newHandOnNet(t, handOnKey, noHandOnKey)
+			a, clock, joiner, next, owner, replica, k, answer := net.a, net.clock, net.member, net.next, net.owner, net.replica, net.k, net.answer
 			a.mu.Lock()
 			epoch := a.aggGroupLocked(k, a.sinceBorn()).epoch
 			a.mu.Unlock()

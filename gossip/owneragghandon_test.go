@@ -3,6 +3,7 @@ package gossip
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // An aggregator that hands its group on (a member joined and took its
@@ -24,18 +25,9 @@ func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
 		user bool // it was its new aggregator's user before it aggregated the key
 	}{{"was the new aggregator's user", true}, {"never a user", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			const n = 20
-			a, clock := newClockedAggSyncer(n)
-			a.mu.Lock()
-			key, joiner, next := handOnKey(a.owner.ring, a.self)
-			owner, _ := a.owner.ring.owners("api", key)
-			a.mu.Unlock()
-			if key == "" {
-				t.Fatal("no key this node aggregates whose slots a joiner takes")
-			}
-			k := aggKey{"api", key, 0}
+			net := newHandOnNet(t, handOnKey, noHandOnKey)
+			a, clock, key, joiner, next, owner, k, answer := net.a, net.clock, net.key, net.member, net.next, net.owner, net.k, net.answer
 			ring := func(join bool) { setAggMember(a, joiner, join) }
-			answer := clockedAnswer(t, a, clock, key)
 			group := func() uint64 { // this node aggregates the key (its users' counters made the group)
 				a.mu.Lock()
 				defer a.mu.Unlock()
@@ -111,6 +103,37 @@ func TestHandedOnAggregatorIsChargedOnce(t *testing.T) {
 	}
 }
 
+// handOnNet is a syncer of 20 members on a fixed clock with a key it
+// aggregates that a membership change moves (find: handOnKey, a joiner
+// takes its slots; replicaKey, a member's going makes it the replica),
+// the member whose change that is, its aggregator next after it, the
+// key's owner and replica, and answers to it from any sender
+// (clockedAnswer).
+type handOnNet struct {
+	a                                 *Syncer
+	clock                             *time.Time
+	key, member, next, owner, replica string
+	k                                 aggKey
+	answer                            func(from string, gen, prev, others, ackEpoch uint64) uint64
+}
+
+func newHandOnNet(t *testing.T, find func(r *ownerRing, self string) (key, member, next string), none string) *handOnNet {
+	t.Helper()
+	a, clock := newClockedAggSyncer(20)
+	a.mu.Lock()
+	key, member, next := find(a.owner.ring, a.self)
+	owner, replica := a.owner.ring.owners("api", key)
+	a.mu.Unlock()
+	if key == "" {
+		t.Fatal(none)
+	}
+	return &handOnNet{a: a, clock: clock, key: key, member: member, next: next, owner: owner, replica: replica,
+		k: aggKey{"api", key, 0}, answer: clockedAnswer(t, a, clock, key)}
+}
+
+// noHandOnKey is what newHandOnNet says when handOnKey finds no key.
+const noHandOnKey = "no key this node aggregates whose slots a joiner takes"
+
 // handOnKey returns a key that member self is its own aggregator of on
 // ring r, and a joiner that takes its slots without changing the key's
 // owner or replica; next is self's aggregator of the key once it joined.
@@ -156,17 +179,8 @@ func b2u(b bool) uint64 {
 // from 15.5 s to 18.9 s, told 0 to 324 there, then charged 347 by its old
 // aggregator's answer for the others' 23; +501 at the end).
 func TestAggregatorMadeReplicaComesBackOnce(t *testing.T) {
-	const n = 20
-	a, clock := newClockedAggSyncer(n)
-	a.mu.Lock()
-	key, dead, next := replicaKey(a.owner.ring, a.self)
-	owner, _ := a.owner.ring.owners("api", key)
-	a.mu.Unlock()
-	if key == "" {
-		t.Fatal("no key this node aggregates and becomes the replica of when a member goes")
-	}
-	k := aggKey{"api", key, 0}
-	answer := clockedAnswer(t, a, clock, key)
+	net := newHandOnNet(t, replicaKey, "no key this node aggregates and becomes the replica of when a member goes")
+	a, clock, key, dead, next, owner, k, answer := net.a, net.clock, net.key, net.member, net.next, net.owner, net.k, net.answer
 	round := func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
