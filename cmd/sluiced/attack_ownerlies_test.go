@@ -144,6 +144,17 @@ func newOwnerRogue(t *testing.T, join string) *ownerRogue {
 // proto sets the delegate protocol it advertises.
 func newRogueMember(t *testing.T, join, name string, proto func(*memberlist.Config)) *ownerRogue {
 	t.Helper()
+	r, err := joinRogueMember(t, join, name, proto)
+	if err != nil {
+		t.Fatalf("the keyed rogue %s could not join: %v", name, err)
+	}
+	return r
+}
+
+// joinRogueMember is newRogueMember, returning the join's error (the
+// rogue is shut down at the test's end either way).
+func joinRogueMember(t *testing.T, join, name string, proto func(*memberlist.Config)) (*ownerRogue, error) {
+	t.Helper()
 	r := &ownerRogue{name: name, gens: map[string]uint64{}, owns: map[string]ownerSeen{}, aggUses: map[string]bool{}}
 	c := memberlist.DefaultLocalConfig()
 	c.Name, c.BindAddr, c.BindPort, c.AdvertisePort = name, "127.0.0.1", 0, 0
@@ -159,10 +170,8 @@ func newRogueMember(t *testing.T, join, name string, proto func(*memberlist.Conf
 	}
 	t.Cleanup(func() { ml.Shutdown() })
 	r.ml = ml
-	if _, err := ml.Join([]string{join}); err != nil {
-		t.Fatalf("the keyed rogue could not join: %v", err)
-	}
-	return r
+	_, err = ml.Join([]string{join})
+	return r, err
 }
 
 // ownerStamped is [kind, "rogue", [entries...], now], as gossip's owner
@@ -255,7 +264,7 @@ func ownerDaemon(t *testing.T) (a *adminNode, addr string) {
 	port := freePort(t)
 	addr = "127.0.0.1:" + port
 	a = secureNode(t, dir, "a", ownerLiesRules, nil, "--bind", addr, "--gossip-key-file", key,
-		"--gossip-interval", "20ms", "--gossip-mode", "owner", "--log-level", "debug", "--pprof")
+		"--gossip-interval", "20ms", "--gossip-mode", "owner", "--log-level", "debug")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(tail(a.p.stderr.String(), 4000), grepLines(peersMetric(t, a.admin), "gossip"))
