@@ -90,8 +90,7 @@ func TestChainProtocolAdvertisementsKeepAggregatorsConsistent(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, addr := ownerDaemon(t)
-			pid := a.p.cmd.Process.Pid
-			baseHWM := procKiB(t, pid, "VmHWM")
+			baseHWM := a.peakKiB(t)
 			rogues := map[string]*ownerRogue{}
 			members := []string{"a"}
 			for i := range 7 {
@@ -142,11 +141,7 @@ func TestChainProtocolAdvertisementsKeepAggregatorsConsistent(t *testing.T) {
 				t.Errorf("the daemon lists r8, which advertised %+v", tt.odd)
 			}
 			a.assertUpOwner(t)
-			grew := (procKiB(t, pid, "VmHWM") - baseHWM) >> 10
-			t.Logf("peak RSS grew %d MiB", grew)
-			if grew > 32 {
-				t.Errorf("peak RSS grew %d MiB", grew)
-			}
+			a.assertPeakGrowth(t, baseHWM, "the odd member's membership")
 		})
 	}
 }

@@ -306,8 +306,7 @@ func (r *ownerRogue) subscribe(t *testing.T, addr, rule, prefix string, n int) [
 // packet holds) does not grow its memory.
 func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 	a, addr, rogue := ownerLiesCluster(t)
-	pid := a.p.cmd.Process.Pid
-	baseHWM := procKiB(t, pid, "VmHWM")
+	baseHWM := a.peakKiB(t)
 
 	// Keys the daemon holds a bucket of (one token each spent on it), the
 	// rogue a subscription of (one token each, counted by the daemon).
@@ -403,11 +402,7 @@ func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 		}
 	}
 	a.assertUpOwner(t)
-	grew := (procKiB(t, pid, "VmHWM") - baseHWM) >> 10
-	t.Logf("peak RSS grew %d MiB over the attack", grew)
-	if grew > 32 {
-		t.Errorf("peak RSS grew %d MiB under the heard flood", grew)
-	}
+	a.assertPeakGrowth(t, baseHWM, "the heard flood")
 }
 
 // The same lie on a key that refills (100/s, burst 100) while a client
@@ -455,6 +450,23 @@ func TestOwnerLiesKeyedRogueHeardDebtOnARefillingKey(t *testing.T) {
 		admitted, asked, elapsed, left, honest, denied)
 	if denied > 200+10 {
 		t.Errorf("heard lies denied %.0f tokens of a refilling key, above a burst + the young aggregate's refill (200)", denied)
+	}
+}
+
+// peakKiB is the daemon's peak RSS (VmHWM) so far, in KiB.
+func (n *adminNode) peakKiB(t *testing.T) int64 {
+	t.Helper()
+	return procKiB(t, n.p.cmd.Process.Pid, "VmHWM")
+}
+
+// assertPeakGrowth fails if the daemon's peak RSS grew more than 32 MiB
+// above base (peakKiB) under attack.
+func (n *adminNode) assertPeakGrowth(t *testing.T, base int64, attack string) {
+	t.Helper()
+	grew := (n.peakKiB(t) - base) >> 10
+	t.Logf("peak RSS grew %d MiB over %s", grew, attack)
+	if grew > 32 {
+		t.Errorf("peak RSS grew %d MiB under %s", grew, attack)
 	}
 }
 
