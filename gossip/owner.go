@@ -249,7 +249,7 @@ type failover struct {
 type OwnerStats struct {
 	Aggregates, Contributors int // held now
 	AnswersSent              uint64
-	AnswersRefused           uint64 // from a node that is neither owner nor replica here
+	AnswersRefused           uint64 // from a node that is neither owner, replica, chained third (ownerchain.go) nor aggregator here
 }
 
 // OwnerStats returns what this node holds and did as an owner.

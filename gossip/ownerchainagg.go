@@ -101,3 +101,12 @@ func ThirdAggregates(names []string, rule, key string) bool {
 	_, _, aggs := r.aggregatorsOf(rule, key, false)
 	return third != "" && slices.Contains(aggs, third)
 }
+
+// RingAggregator returns user's first aggregator of (rule, key) on the
+// ring of members names, as members name it when thirdOut (every member
+// speaks protoChainAgg: the key's third is none) or not (the third may be
+// one). For tests and tools that check which member a node sends its
+// counters of an aggregated key to; it builds a ring (not for hot paths).
+func RingAggregator(names []string, rule, key, user string, thirdOut bool) string {
+	return newOwnerRing(names).aggregatorOf(rule, key, user, 0, thirdOut)
+}

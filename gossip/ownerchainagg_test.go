@@ -104,3 +104,36 @@ func TestThirdOfAnAggregatedKeyCounts(t *testing.T) {
 	}
 	c.settle()
 }
+
+// RingAggregator names the aggregator a node of that ring names
+// (aggregatorForLocked) on either side of protoChainAgg, and with the
+// third out it never names the key's owner, replica or third.
+func TestRingAggregatorIsTheNodesAggregator(t *testing.T) {
+	names := []string{"a", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8"}
+	for _, tt := range []struct {
+		name  string
+		speak uint8
+	}{
+		{"every member protoChainAgg", protoChainAgg},
+		{"every member protoAgg", protoAgg},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newFailoverNet(t, names...).speaking(tt.speak)
+			s := n.nodes["a"]
+			for i := range 300 {
+				key := fmt.Sprint("k", i)
+				got := RingAggregator(names, "r", key, "a", tt.speak >= protoChainAgg)
+				s.mu.Lock()
+				s.refreshRingLocked()
+				want := s.aggregatorForLocked("r", key, 0)
+				s.mu.Unlock()
+				if got != want {
+					t.Fatalf("%s: RingAggregator %q, the node names %q", key, got, want)
+				}
+				if o, r, th := RingChain(names, "r", key); tt.speak >= protoChainAgg && (got == o || got == r || got == th) {
+					t.Fatalf("%s: the aggregator %q is the owner, replica or third (%q %q %q)", key, got, o, r, th)
+				}
+			}
+		})
+	}
+}

@@ -36,10 +36,13 @@ const ownerLiesRules = "rules:\n  r:\n    rate: 100/1h\n    burst: 100\n  f:\n  
 // the subscriptions the daemon's answers name (key → gen) and the keys the
 // daemon sends it counters of (the rogue owns them).
 type ownerRogue struct {
+	name string
 	ml   *memberlist.Memberlist
 	mu   sync.Mutex
 	gens map[string]uint64
 	owns map[string]ownerSeen
+	// aggUses are the keys the daemon sent this rogue as their aggregator (kind 6).
+	aggUses map[string]bool
 }
 
 // ownerSeen is the daemon's last counter of a key the rogue owns.
@@ -68,8 +71,9 @@ func (r *ownerRogue) send(t *testing.T, to string, b []byte) {
 	}
 }
 
-// NotifyMsg reads the daemon's answers ([5, sender, [[rule, key, gen, ...]], at])
-// and owner counters ([4, sender, [origin], [[0, rule, key, ...]], at]).
+// NotifyMsg reads the daemon's answers ([5, sender, [[rule, key, gen, ...]], at]),
+// owner counters ([4, sender, [origin], [[0, rule, key, ...]], at]) and
+// counters to an aggregator (kind 6, framed as kind 4).
 func (r *ownerRogue) NotifyMsg(b []byte) {
 	d := mp.NewDecoder(b)
 	n, err := d.ArrayLen()
@@ -79,7 +83,7 @@ func (r *ownerRogue) NotifyMsg(b []byte) {
 	kind, _ := d.Uint()
 	d.Bytes() // sender
 	switch kind {
-	case 4:
+	case 4, 6:
 		d.ArrayLen()
 		d.Bytes() // origin
 		m, err := d.ArrayLen()
@@ -95,7 +99,9 @@ func (r *ownerRogue) NotifyMsg(b []byte) {
 				return
 			}
 			r.mu.Lock()
-			if c := r.owns[string(key)]; epoch > c.epoch || (epoch == c.epoch && used > c.used) {
+			if kind == 6 {
+				r.aggUses[string(key)] = true
+			} else if c := r.owns[string(key)]; epoch > c.epoch || (epoch == c.epoch && used > c.used) {
 				r.owns[string(key)] = ownerSeen{epoch, used}
 			}
 			r.mu.Unlock()
@@ -129,33 +135,61 @@ func (r *ownerRogue) NotifyMsg(b []byte) {
 
 func newOwnerRogue(t *testing.T, join string) *ownerRogue {
 	t.Helper()
-	r := &ownerRogue{gens: map[string]uint64{}, owns: map[string]ownerSeen{}}
+	return newRogueMember(t, join, "rogue", func(c *memberlist.Config) {
+		c.DelegateProtocolVersion, c.DelegateProtocolMax = 3, 3 // it says it reads views
+	})
+}
+
+// newRogueMember joins a keyed rogue named name to the daemon at join;
+// proto sets the delegate protocol it advertises.
+func newRogueMember(t *testing.T, join, name string, proto func(*memberlist.Config)) *ownerRogue {
+	t.Helper()
+	r, err := joinRogueMember(t, join, name, proto)
+	if err != nil {
+		t.Fatalf("the keyed rogue %s could not join: %v", name, err)
+	}
+	return r
+}
+
+// joinRogueMember is newRogueMember, returning the join's error (the
+// rogue is shut down at the test's end either way).
+func joinRogueMember(t *testing.T, join, name string, proto func(*memberlist.Config)) (*ownerRogue, error) {
+	t.Helper()
+	r := &ownerRogue{name: name, gens: map[string]uint64{}, owns: map[string]ownerSeen{}, aggUses: map[string]bool{}}
 	c := memberlist.DefaultLocalConfig()
-	c.Name, c.BindAddr, c.BindPort, c.AdvertisePort = "rogue", "127.0.0.1", 0, 0
+	c.Name, c.BindAddr, c.BindPort, c.AdvertisePort = name, "127.0.0.1", 0, 0
 	c.Label = gossip.DefaultLabel
 	c.SecretKey = []byte("sluice-test-key-")
 	c.Logger = log.New(io.Discard, "", 0)
 	c.Delegate = r
-	c.EnableCompression = false                             // as sluiced: its daemons refuse compressed messages
-	c.DelegateProtocolVersion, c.DelegateProtocolMax = 3, 3 // it says it reads views
+	c.EnableCompression = false // as sluiced: its daemons refuse compressed messages
+	proto(c)
 	ml, err := memberlist.Create(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ml.Shutdown() })
 	r.ml = ml
-	if _, err := ml.Join([]string{join}); err != nil {
-		t.Fatalf("the keyed rogue could not join: %v", err)
-	}
-	return r
+	_, err = ml.Join([]string{join})
+	return r, err
 }
 
 // ownerStamped is [kind, "rogue", [entries...], now], as gossip's owner
 // messages are framed.
 func ownerStamped(kind uint64, entries ...[]byte) []byte {
+	return stampedBy("rogue", kind, entries...)
+}
+
+// stamped is [kind, r's name, [entries...], now].
+func (r *ownerRogue) stamped(kind uint64, entries ...[]byte) []byte {
+	return stampedBy(r.name, kind, entries...)
+}
+
+// stampedBy is [kind, sender, [entries...], now].
+func stampedBy(sender string, kind uint64, entries ...[]byte) []byte {
 	b := mp.AppendArrayHeader(nil, 4)
 	b = mp.AppendUint(b, kind)
-	b = mp.AppendStr(b, "rogue")
+	b = mp.AppendStr(b, sender)
 	b = mp.AppendArrayHeader(b, len(entries))
 	for _, e := range entries {
 		b = append(b, e...)
@@ -209,6 +243,22 @@ func answerEntry(key string, gen, prev, others uint64, ack ownerSeen, users int6
 // ownerLiesCluster starts one owner-mode daemon and the keyed rogue.
 func ownerLiesCluster(t *testing.T) (a *adminNode, addr string, rogue *ownerRogue) {
 	t.Helper()
+	a, addr = ownerDaemon(t)
+	rogue = newOwnerRogue(t, addr)
+	a.awaitMember(t, rogue.name)
+	return a, addr, rogue
+}
+
+// awaitMember waits until the daemon lists the member name.
+func (n *adminNode) awaitMember(t *testing.T, name string) {
+	t.Helper()
+	eventually(t, "the daemon lists "+name, func() bool { return strings.Contains(n.p.stderr.String(), "member joined: name="+name) })
+}
+
+// ownerDaemon starts one owner-mode daemon, a, with ownerLiesRules,
+// gossiping every 20 ms at addr under the test key.
+func ownerDaemon(t *testing.T) (a *adminNode, addr string) {
+	t.Helper()
 	dir := tempDir(t)
 	key := secureKeyFile(t, dir, secureKey)
 	port := freePort(t)
@@ -220,9 +270,7 @@ func ownerLiesCluster(t *testing.T) (a *adminNode, addr string, rogue *ownerRogu
 			t.Log(tail(a.p.stderr.String(), 4000), grepLines(peersMetric(t, a.admin), "gossip"))
 		}
 	})
-	rogue = newOwnerRogue(t, addr)
-	eventually(t, "a lists the rogue", func() bool { return strings.Contains(a.p.stderr.String(), "member joined: name=rogue") })
-	return a, addr, rogue
+	return a, addr
 }
 
 // subscribe makes the rogue a contributor of n keys of the daemon's own
@@ -258,8 +306,7 @@ func (r *ownerRogue) subscribe(t *testing.T, addr, rule, prefix string, n int) [
 // packet holds) does not grow its memory.
 func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 	a, addr, rogue := ownerLiesCluster(t)
-	pid := a.p.cmd.Process.Pid
-	baseHWM := procKiB(t, pid, "VmHWM")
+	baseHWM := a.peakKiB(t)
 
 	// Keys the daemon holds a bucket of (one token each spent on it), the
 	// rogue a subscription of (one token each, counted by the daemon).
@@ -355,11 +402,7 @@ func TestOwnerLiesKeyedRogueHeardMessages(t *testing.T) {
 		}
 	}
 	a.assertUpOwner(t)
-	grew := (procKiB(t, pid, "VmHWM") - baseHWM) >> 10
-	t.Logf("peak RSS grew %d MiB over the attack", grew)
-	if grew > 32 {
-		t.Errorf("peak RSS grew %d MiB under the heard flood", grew)
-	}
+	a.assertPeakGrowth(t, baseHWM, "the heard flood")
 }
 
 // The same lie on a key that refills (100/s, burst 100) while a client
@@ -407,6 +450,59 @@ func TestOwnerLiesKeyedRogueHeardDebtOnARefillingKey(t *testing.T) {
 		admitted, asked, elapsed, left, honest, denied)
 	if denied > 200+10 {
 		t.Errorf("heard lies denied %.0f tokens of a refilling key, above a burst + the young aggregate's refill (200)", denied)
+	}
+}
+
+// peakKiB is the daemon's peak RSS (VmHWM) so far, in KiB.
+func (n *adminNode) peakKiB(t *testing.T) int64 {
+	t.Helper()
+	return procKiB(t, n.p.cmd.Process.Pid, "VmHWM")
+}
+
+// assertPeakGrowth fails if the daemon's peak RSS grew more than 32 MiB
+// above base (peakKiB) under attack.
+func (n *adminNode) assertPeakGrowth(t *testing.T, base int64, attack string) {
+	t.Helper()
+	grew := (n.peakKiB(t) - base) >> 10
+	t.Logf("peak RSS grew %d MiB over %s", grew, attack)
+	if grew > 32 {
+		t.Errorf("peak RSS grew %d MiB under %s", grew, attack)
+	}
+}
+
+// hammer asks the daemon for a token of each of keys of rule as fast as
+// it can, one client loop per key, until the stop it returns is called;
+// stop returns how many were admitted (decided, not failed open) and
+// asked, by key.
+func (n *adminNode) hammer(rule string, keys []string) (stop func() (admitted, asked map[string]int)) {
+	admitted, asked := map[string]int{}, map[string]int{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				d := n.c.Allow(context.Background(), rule, k)
+				mu.Lock()
+				asked[k]++
+				if d.Allowed && !d.FailedOpen {
+					admitted[k]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() (map[string]int, map[string]int) {
+		close(done)
+		wg.Wait()
+		return admitted, asked
 	}
 }
 
@@ -485,31 +581,11 @@ func TestOwnerLiesKeyedRogueOwnerViews(t *testing.T) {
 			return false
 		})
 	}
-	admitted := map[string]int{}
-	asked := map[string]int{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var keys []string
 	for _, l := range lies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				d := a.c.Allow(context.Background(), "r", l.key)
-				mu.Lock()
-				asked[l.key]++
-				if d.Allowed && !d.FailedOpen {
-					admitted[l.key]++
-				}
-				mu.Unlock()
-			}
-		}()
+		keys = append(keys, l.key)
 	}
+	stop := a.hammer("r", keys)
 	pace := time.NewTicker(20 * time.Millisecond)
 	defer pace.Stop()
 	answers := 0
@@ -523,8 +599,7 @@ func TestOwnerLiesKeyedRogueOwnerViews(t *testing.T) {
 		}
 		<-pace.C // the attack's pace, not waiting for an outcome
 	}
-	close(stop)
-	wg.Wait()
+	admitted, asked := stop()
 	a.assertUpOwner(t)
 	for _, l := range lies {
 		t.Logf("key %-18s users %-14d balance %-8g exact %-5v: admitted %5d of %6d asked (1 before the attack; honest about 100, bound %d)",
