@@ -109,12 +109,12 @@ func (s *Syncer) chainRoutesLocked(k [2]string, replica string) string {
 	switch {
 	case third == "":
 		f.third, f.sent = "", 0
-	case f.third == third:
-		return third
+	case f.third != "" && s.chainKeepsLocked(k, f.third):
+		f = s.chainWalkOnLocked(k, f) // ownerchainwalk.go: past a silent third
 	case f.sent == 0 || f.third != "":
 		f.third, f.sent = "", st.round // the ring named another third: wait anew
 	case st.round-f.sent >= ownerFailover:
-		f.third = third
+		f.third, f.tsent = third, st.round
 	}
 	st.failover[k] = f
 	return f.third
@@ -144,15 +144,24 @@ func (s *Syncer) chainCountedLocked(a ownerAnswer) {
 	}
 }
 
-// chainHeardLocked notes an answer of k from sender, the key's replica on
-// this node's ring: it lives, so counters go back to it, and the wait for
-// its next answer starts at the next send. Caller holds s.mu.
+// chainHeardLocked notes an answer of k from sender: from the key's
+// replica on this node's ring, it lives, so counters go back to it, and
+// the wait for its next answer starts at the next send; from the chain
+// member the counters go to past it, the wait for that one's starts anew
+// (ownerchainwalk.go). Caller holds s.mu.
 func (s *Syncer) chainHeardLocked(k [2]string, sender, owner, replica string) {
 	f, ok := s.owner.failover[k]
-	if !ok || sender != replica || f.owner != owner || (f.sent == 0 && f.third == "") {
+	if !ok || f.owner != owner {
 		return
 	}
-	f.sent, f.third = 0, ""
+	switch {
+	case sender == replica && (f.sent != 0 || f.third != ""):
+		f.sent, f.third, f.tsent = 0, "", 0
+	case sender == f.third && f.third != "" && f.tsent != 0:
+		f.tsent = 0 // the chain's member lives: the walk waits from the next send (ownerchainwalk.go)
+	default:
+		return
+	}
 	s.owner.failover[k] = f
 }
 
@@ -176,7 +185,7 @@ func (s *Syncer) chainThirdLocked(k aggKey) string {
 // its ring, counting what the failed-over nodes send it. Caller holds
 // s.mu.
 func (s *Syncer) thirdHereLocked(k aggKey) bool {
-	return s.owner.ring.third(k.rule, k.key) == s.self
+	return s.chainHereLocked(k) // ownerchainwalk.go: or a member past it the chain walks to
 }
 
 // groupHereLocked reports whether this node aggregates a group of k: its
