@@ -181,4 +181,3 @@ func TestRingNthIsTheNextOwner(t *testing.T) {
 		})
 	}
 }
-
