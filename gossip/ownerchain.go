@@ -64,8 +64,9 @@ package gossip
 // once every member speaks protoChainAgg the third is none of the key's
 // aggregators (ownerchainagg.go; before, 10-16% of keys at 100-300
 // members, counted by nobody until the ring dropped both); in a cluster
-// with older members such a key still is. Not covered: a third that dies
-// too: the chain has three members.
+// with older members such a key still is. A third that dies too is
+// walked past once every member speaks protoChainWalk (ownerchainwalk.go:
+// the chain goes on to the key's next member, one destination at a time).
 //
 // After: 300 nodes, owner and replica killed 1 s apart, 93.4-94.0% of the
 // allowed (seeds 1-3; 93.7% with the owner alone killed, 93.5% with

@@ -23,7 +23,8 @@ func (n *failoverNet) keyWalked() (key, fourth string, live []string) {
 // fourth, which counts them and answers; every live node is charged what
 // the live others consumed since the owner died, once, while the three
 // dead are members and as the ring drops them one by one (the fourth is
-// then the owner). Before ownerchainwalk.go the chain stopped at the
+// then the owner; the ring's dropping the owner carries the chain over,
+// chainCarriedLocked). Before ownerchainwalk.go the chain stopped at the
 // third: nobody counted the key until the ring dropped all three (the
 // live nodes were charged nothing of each other's consumption; 300
 // simulated nodes admitted 499-507% of the allowed). With one member
@@ -87,6 +88,13 @@ func TestWalkPassesTheSilentThird(t *testing.T) {
 			check("three dead, still members")
 			for _, dead := range []string{"o", "r", "t"} {
 				n.bury(dead)
+				n.round("", live...)
+				// The ring's dropping the owner carries the chain over: the
+				// counters still go to the fourth, now the ring's third,
+				// with no wait for the (dead) new owner and replica.
+				if f := n.nodes[user].owner.failover[[2]string{"api", n.key}]; dead == "o" && (f.third != fourth || f.owner != "r") {
+					t.Errorf("%s's failover after the owner was buried %+v: want from r to %s", user, f, fourth)
+				}
 				for range 60 {
 					n.round("", live...)
 				}
