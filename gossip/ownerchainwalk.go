@@ -36,7 +36,9 @@ import "slices"
 //   - answers are taken only from the member this node's own failover
 //     record names (chainFromLocked): a member the walk left, or any member
 //     the node did not walk to, is refused, as before;
-//   - the replica's answer ends the chain, the owner's the failover.
+//   - the replica's answer ends the chain, the owner's the failover;
+//   - when the ring drops a dead member before the member reached, the
+//     failover carries over to it at once (chainCarriedLocked).
 //
 // Aggregation: an aggregation point skips the owner, replica and third
 // (ownerchainagg.go) but not the members past them: the walk skips a
@@ -45,7 +47,7 @@ import "slices"
 // aggregator, and a member past the third counts failed-over counters,
 // group counters included, only while it aggregates no group of the key
 // (chainHereLocked). Skipping every member up to chainMax instead would
-// move up to 8 of the key's aggregators in honest runs.
+// move up to 5 more of a key's aggregators in honest runs.
 //
 // Mixed versions: a member of an earlier version counts a plain counter
 // sent to it, but not a group counter past the third, nor pairs its own
