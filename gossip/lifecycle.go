@@ -100,7 +100,7 @@ func (s *Syncer) memberlistConfig() *memberlist.Config {
 	mlc.Label = cfg.Label
 	// This node reads stamped counters packets (see stamp.go); its current
 	// delegate version stays 0 so that older members still accept it.
-	mlc.DelegateProtocolMax = protoChainAgg // owner mode (owner.go), with users in answers (ownershare.go), aggregation (owneragg.go) and the third out of it (ownerchainagg.go)
+	mlc.DelegateProtocolMax = protoChainWalk // owner mode (owner.go), with users in answers (ownershare.go), aggregation (owneragg.go), the third out of it (ownerchainagg.go) and the chain walking past a silent third (ownerchainwalk.go)
 	mlc.SecretKey, mlc.Keyring = cfg.SecretKey, cfg.Keyring
 	mlc.Delegate = (*delegate)(s)
 	mlc.Events = (*events)(s)

@@ -241,6 +241,10 @@ type failover struct {
 	// well since the replica left them unanswered ("": none; ownerchain.go).
 	sent  uint64
 	third string
+	// tsent is the round of the first send to third it has not answered
+	// (0: none): after ownerFailover such rounds the chain walks on to the
+	// key's next member (ownerchainwalk.go), which becomes third.
+	tsent uint64
 	// replica is the replica it went to, as last seen (ownerfailovermove.go).
 	replica string
 }

@@ -100,6 +100,9 @@ type aggState struct {
 	// thirdOut: every member speaks protoChainAgg too, so a key's third
 	// member is none of its aggregators (ownerchainagg.go).
 	thirdOut bool
+	// walk: every member speaks protoChainWalk too, so a key's chain
+	// failover walks past a silent third (ownerchainwalk.go).
+	walk bool
 	// As a user: the keys an owner told this node to aggregate.
 	hot map[[2]string]*aggUse
 	// As an aggregator: the groups it holds, by aggregate.
@@ -323,15 +326,18 @@ func (s *Syncer) aggCapableLocked() bool {
 	return s.owner.agg.capable
 }
 
-// aggDecideLocked decides, once per ring, aggState's capable and thirdOut
-// from the members' protocols. Caller holds s.mu.
+// aggDecideLocked decides, once per ring, aggState's capable, thirdOut
+// and walk from the members' protocols. Caller holds s.mu.
 func (s *Syncer) aggDecideLocked() {
 	st := &s.owner.agg
 	if st.ring != s.owner.ring {
 		st.ring = s.owner.ring
 		st.capable = st.ring.size() >= aggMinMembers
-		st.thirdOut = true
+		st.thirdOut, st.walk = true, true
 		for name, n := range s.peers {
+			if name != s.self && n.DMax < protoChainWalk {
+				st.walk = false
+			}
 			if name != s.self && n.DMax < protoChainAgg {
 				st.thirdOut = false
 			}

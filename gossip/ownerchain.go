@@ -64,8 +64,9 @@ package gossip
 // once every member speaks protoChainAgg the third is none of the key's
 // aggregators (ownerchainagg.go; before, 10-16% of keys at 100-300
 // members, counted by nobody until the ring dropped both); in a cluster
-// with older members such a key still is. Not covered: a third that dies
-// too: the chain has three members.
+// with older members such a key still is. A third that dies too is
+// walked past once every member speaks protoChainWalk (ownerchainwalk.go:
+// the chain goes on to the key's next member, one destination at a time).
 //
 // After: 300 nodes, owner and replica killed 1 s apart, 93.4-94.0% of the
 // allowed (seeds 1-3; 93.7% with the owner alone killed, 93.5% with
@@ -109,12 +110,12 @@ func (s *Syncer) chainRoutesLocked(k [2]string, replica string) string {
 	switch {
 	case third == "":
 		f.third, f.sent = "", 0
-	case f.third == third:
-		return third
+	case f.third != "" && s.chainKeepsLocked(k, f.third):
+		f = s.chainWalkOnLocked(k, f) // ownerchainwalk.go: past a silent third
 	case f.sent == 0 || f.third != "":
 		f.third, f.sent = "", st.round // the ring named another third: wait anew
 	case st.round-f.sent >= ownerFailover:
-		f.third = third
+		f.third, f.tsent = third, st.round
 	}
 	st.failover[k] = f
 	return f.third
@@ -144,15 +145,24 @@ func (s *Syncer) chainCountedLocked(a ownerAnswer) {
 	}
 }
 
-// chainHeardLocked notes an answer of k from sender, the key's replica on
-// this node's ring: it lives, so counters go back to it, and the wait for
-// its next answer starts at the next send. Caller holds s.mu.
+// chainHeardLocked notes an answer of k from sender: from the key's
+// replica on this node's ring, it lives, so counters go back to it, and
+// the wait for its next answer starts at the next send; from the chain
+// member the counters go to past it, the wait for that one's starts anew
+// (ownerchainwalk.go). Caller holds s.mu.
 func (s *Syncer) chainHeardLocked(k [2]string, sender, owner, replica string) {
 	f, ok := s.owner.failover[k]
-	if !ok || sender != replica || f.owner != owner || (f.sent == 0 && f.third == "") {
+	if !ok || f.owner != owner {
 		return
 	}
-	f.sent, f.third = 0, ""
+	switch {
+	case sender == replica && (f.sent != 0 || f.third != ""):
+		f.sent, f.third, f.tsent = 0, "", 0
+	case sender == f.third && f.third != "" && f.tsent != 0:
+		f.tsent = 0 // the chain's member lives: the walk waits from the next send (ownerchainwalk.go)
+	default:
+		return
+	}
 	s.owner.failover[k] = f
 }
 
@@ -176,7 +186,7 @@ func (s *Syncer) chainThirdLocked(k aggKey) string {
 // its ring, counting what the failed-over nodes send it. Caller holds
 // s.mu.
 func (s *Syncer) thirdHereLocked(k aggKey) bool {
-	return s.owner.ring.third(k.rule, k.key) == s.self
+	return s.chainHereLocked(k) // ownerchainwalk.go: or a member past it the chain walks to
 }
 
 // groupHereLocked reports whether this node aggregates a group of k: its

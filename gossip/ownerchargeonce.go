@@ -202,8 +202,12 @@ func (s *Syncer) chargeChainLocked(k aggKey, sender, owner, replica, third strin
 			return tokens
 		}
 	}
-	if p.c == "" && third != "" && sender == third {
-		p.c, p.baseB = third, p.sumB // the third answers from now
+	if third != "" && sender == third && p.c != third {
+		base := p.sumB // the third answers from now
+		if p.c != "" {
+			base = p.baseB + p.sumC // the chain walked on: its sum continues the last member's (ownerchainwalk.go)
+		}
+		p.c, p.baseB, p.sumC = third, base, 0
 	}
 	before := p.most()
 	switch {

@@ -63,6 +63,8 @@ func (s *Syncer) failoverRoutesLocked(k [2]string, owner string) bool {
 		s.failoverMovedLocked(k, f, true) // ownerfailovermove.go
 		delete(st.failover, k)
 		delete(st.waiting, k) // a new owner: ownerFailover rounds from now
+		// ownerchainwalk.go: unless the chain's member still is one.
+		return s.chainCarriedLocked(k, f, owner)
 	case f.ended == 0 && st.round-f.at < ownerFailoverHold:
 		s.failoverMovedLocked(k, f, false) // ownerfailovermove.go: the replica may have moved
 		return true

@@ -46,6 +46,7 @@ func simCommand() *cli.Command {
 			&cli.IntFlag{Name: "isolated", Usage: "nodes whose inputs are replayed after the run into a syncer of their own, for the syncer's CPU in the estimate (0: 8; negative: none, the CPU timed in the run instead)"},
 			&cli.Float64Flag{Name: "churn", Usage: "fraction of nodes replaced per minute"},
 			&cli.DurationFlag{Name: "kill-owner-at", Usage: "crash the hot key's owner then (no replacement; 0: never)"},
+			&cli.DurationFlag{Name: "kill-third-at", Usage: "crash the hot key's third member then (no replacement; 0: never): with --kill-owner-at and --kill-replica-at, the whole failover chain crashes before any is declared dead"},
 			&cli.DurationFlag{Name: "kill-replica-at", Usage: "crash the hot key's replica then (no replacement; 0: never): with --kill-owner-at, both crash before either is declared dead"},
 			&cli.StringFlag{Name: "hot-key", Usage: "hot: the key's name (default hot-key)"},
 			&cli.BoolFlag{Name: "hot-key-third-aggregates", Usage: "hot: name the key the first hot-key-N whose third member on the ring (where counters go when its owner and replica are both silent) is one of its aggregators as older members name them; not with --hot-key"},
@@ -85,7 +86,7 @@ func simCommand() *cli.Command {
 				Offered: c.Float64("offered"), MinPerNode: c.Float64("min-per-node"), PerHost: c.Float64("per-host"), Keys: c.Int("keys"),
 				GossipInterval: c.Duration("gossip-interval"), FanoutLimit: c.Int("fanout-limit"), GossipNodes: c.Int("gossip-nodes"), GossipMode: c.String("gossip-mode"), AggregateAbove: c.Int("aggregate-above"), FirstShare: c.Bool("first-share"), FirstContact: contact,
 				PushPullInterval: c.Duration("push-pull-interval"), Loss: c.Float64("loss"), Latency: c.Duration("latency"),
-				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), KillReplicaAt: c.Duration("kill-replica-at"), JoinSpread: c.Duration("join-spread"), Quiet: c.Duration("quiet"), Isolated: c.Int("isolated"),
+				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), KillReplicaAt: c.Duration("kill-replica-at"), KillThirdAt: c.Duration("kill-third-at"), JoinSpread: c.Duration("join-spread"), Quiet: c.Duration("quiet"), Isolated: c.Int("isolated"),
 				Partition:    sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
 				SilenceOwner: sim.Partition{From: c.Duration("silence-owner-from"), To: c.Duration("silence-owner-to")},
 			}

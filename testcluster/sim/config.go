@@ -80,6 +80,11 @@ type Config struct {
 	// if above 0, as KillOwnerAt its owner: with both, owner and replica
 	// crash before the cluster declares either dead (killowner.go).
 	KillReplicaAt time.Duration
+	// KillThirdAt crashes the hot key's third member then (no
+	// replacement), if above 0, as KillOwnerAt its owner: with both
+	// others, the whole chain failover (gossip's ownerchain.go) crashes
+	// before the cluster declares any of them dead (killowner.go).
+	KillThirdAt time.Duration
 
 	// Load.
 	Scenario Scenario // default Hot
@@ -217,7 +222,7 @@ func (c *Config) setDefaults() error {
 	for _, k := range []struct {
 		what string
 		at   time.Duration
-	}{{"owner kill", c.KillOwnerAt}, {"replica kill", c.KillReplicaAt}} {
+	}{{"owner kill", c.KillOwnerAt}, {"replica kill", c.KillReplicaAt}, {"third kill", c.KillThirdAt}} {
 		if k.at < 0 || k.at >= c.Duration {
 			return fmt.Errorf("sim: %s at %v: want 0 (never) or within the run's %v", k.what, k.at, c.Duration)
 		}

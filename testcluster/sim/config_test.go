@@ -27,6 +27,8 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{"owner kill at a negative time", Config{Nodes: 3, KillOwnerAt: -time.Second}, "owner kill"},
 		{"replica kill at a negative time", Config{Nodes: 3, KillReplicaAt: -time.Second}, "replica kill"},
 		{"replica kill after the run", Config{Nodes: 3, Duration: 5 * time.Second, KillReplicaAt: 5 * time.Second}, "replica kill"},
+		{"third kill at a negative time", Config{Nodes: 3, KillThirdAt: -time.Second}, "third kill"},
+		{"third kill after the run", Config{Nodes: 3, Duration: 5 * time.Second, KillThirdAt: 6 * time.Second}, "third kill"},
 		{"hot key too long", Config{Nodes: 3, HotKey: strings.Repeat("k", maxHotKey+1)}, "hot key of"},
 		{"hot key named and searched", Config{Nodes: 10, HotKey: "k", HotKeyThirdAggregates: true}, "not with a hot key named"},
 		{"hot key searched on too few nodes", Config{Nodes: 7, HotKeyThirdAggregates: true}, "at least 8 nodes"},
@@ -44,6 +46,7 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{Nodes: 3, SilenceOwner: Partition{From: time.Second, To: 2 * time.Second}},
 		{Nodes: 3, Partition: Partition{From: 0, To: time.Second, Split: 1}},
 		{Nodes: 3, KillOwnerAt: time.Second, KillReplicaAt: 2 * time.Second},
+		{Nodes: 3, KillOwnerAt: time.Second, KillReplicaAt: 2 * time.Second, KillThirdAt: 3 * time.Second},
 		{Nodes: 3, HotKey: "k"},
 		{Nodes: 8, HotKeyThirdAggregates: true},
 	} {

@@ -12,16 +12,22 @@ import (
 // DetectAfter; until then they fail over to the key's replica on their
 // own (gossip's ownerFailover). It is not replaced, and stays in its slot,
 // not alive, so that what it admitted still counts.
-func (s *Sim) killOwner() { s.killHot(false) }
+func (s *Sim) killOwner() { s.killHot(0) }
 
 // killReplica crashes the hot key's replica (Config.KillReplicaAt) as
 // killOwner crashes its owner: with both killed before the cluster
 // declares either dead, nobody the others fail over to answers.
-func (s *Sim) killReplica() { s.killHot(true) }
+func (s *Sim) killReplica() { s.killHot(1) }
 
-// killHot crashes the hot key's owner, or its replica, as a live node's
-// ring names them now.
-func (s *Sim) killHot(replica bool) {
+// killThird crashes the hot key's third member (Config.KillThirdAt) as
+// killOwner crashes its owner: with owner and replica killed too before
+// the cluster declares any dead, the whole failover chain (gossip's
+// ownerchain.go) is silent.
+func (s *Sim) killThird() { s.killHot(2) }
+
+// killHot crashes the hot key's i-th member in ring order (0: its owner,
+// 1: its replica, 2: its third) as a live node's ring names it now.
+func (s *Sim) killHot(i int) {
 	var live *node
 	for _, n := range s.nodes {
 		if n.alive {
@@ -32,10 +38,7 @@ func (s *Sim) killHot(replica bool) {
 	if live == nil {
 		return
 	}
-	victim, second := live.syncer.OwnerOf(ruleHot, string(s.hot))
-	if replica {
-		victim = second
-	}
+	victim := live.syncer.ChainOf(ruleHot, string(s.hot), i)
 	for _, n := range s.nodes {
 		if n.alive && victim != "" && n.name == victim {
 			n.alive = false

@@ -22,6 +22,7 @@ const (
 	evProbeMeasure             // an owner-mode probe's measured consumption (holders.go)
 	evKillOwner                // the hot key's owner crashes (killowner.go)
 	evKillReplica              // the hot key's replica crashes (killowner.go)
+	evKillThird                // the hot key's third member crashes (killowner.go)
 )
 
 type event struct {

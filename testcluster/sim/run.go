@@ -99,6 +99,9 @@ func New(cfg Config) (*Sim, error) {
 	if cfg.KillReplicaAt > 0 {
 		s.push(event{at: int64(cfg.KillReplicaAt), kind: evKillReplica})
 	}
+	if cfg.KillThirdAt > 0 {
+		s.push(event{at: int64(cfg.KillThirdAt), kind: evKillThird})
+	}
 	return s, nil
 }
 
@@ -282,6 +285,8 @@ func (s *Sim) handle(e event) {
 		s.killOwner()
 	case evKillReplica:
 		s.killReplica()
+	case evKillThird:
+		s.killThird()
 	case evSample:
 		s.m.sample(s)
 		e.at += int64(2 * time.Second)
