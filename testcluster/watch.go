@@ -190,12 +190,23 @@ func Watch(ctx context.Context, t Target, spec WatchSpec, each func(Second)) ([]
 // probeLoop times convergence: about four times a second, at random
 // moments (so as not to lock onto the gossip rounds' phase), it takes one
 // token of a fresh key on one node (in turn) and measures how long until
-// every other node's balance shows it, or with spec.ProbeHolders every
-// other holder's (HolderProbeLag).
+// every other node's balance shows it. With spec.ProbeHolders it starts a
+// holder probe (HolderProbeLag) at those moments instead, each in its own
+// goroutine as the simulator's overlap (one lasts the settle wait and
+// more), and none in the watch's last second and settle wait, which it
+// could not finish (the simulator's probeTail).
 func probeLoop(ctx context.Context, t Target, spec WatchSpec, lags chan<- float64, lost *atomic.Int64) {
 	n := t.Size()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var holders sync.WaitGroup
+	defer holders.Wait()
+	send := func(lag time.Duration) {
+		select {
+		case lags <- float64(lag) / float64(time.Millisecond):
+		default:
+		}
+	}
 	for k := 0; ; k++ {
 		select {
 		case <-ctx.Done():
@@ -204,22 +215,25 @@ func probeLoop(ctx context.Context, t Target, spec WatchSpec, lags chan<- float6
 		}
 		timer.Reset(time.Duration(rand.Int64N(int64(500 * time.Millisecond))))
 		key := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), k)
-		var lag time.Duration
-		var ok bool
 		if spec.ProbeHolders > 1 {
-			var started bool
-			lag, started, ok = HolderProbeLag(ctx, t, k%n, spec.ProbeHolders, spec.ProbeRule, key, spec.ProbeRate, spec.ProbeSettle, 5*time.Second)
-			if started && !ok && ctx.Err() == nil {
-				lost.Add(1)
+			if end, ok := ctx.Deadline(); ok && time.Until(end) < time.Second+spec.ProbeSettle {
+				continue
 			}
-		} else {
-			lag, ok = ProbeLag(ctx, t, k%n, spec.ProbeRule, key, 5*time.Second)
+			holders.Add(1)
+			go func() {
+				defer holders.Done()
+				lag, started, ok := HolderProbeLag(ctx, t, k%n, spec.ProbeHolders, spec.ProbeRule, key, spec.ProbeRate, spec.ProbeSettle, 5*time.Second)
+				switch {
+				case ok:
+					send(lag)
+				case started && ctx.Err() == nil:
+					lost.Add(1)
+				}
+			}()
+			continue
 		}
-		if ok {
-			select {
-			case lags <- float64(lag) / float64(time.Millisecond):
-			default:
-			}
+		if lag, ok := ProbeLag(ctx, t, k%n, spec.ProbeRule, key, 5*time.Second); ok {
+			send(lag)
 		}
 	}
 }
