@@ -123,13 +123,15 @@ func aliveIn(body []byte) int {
 // shareRun is what shareDrive saw, per node: what each admitted in each
 // second (by the time each call was made, from a common start), what each
 // offered in all, what each offered in each second of the paced load, and
-// the slowest answer its daemon gave in each second of the paced load
+// the slowest answer its daemon gave and the calls it did not decide (the
+// client failed them open) in each second of the paced load
 // (attack_sharestall_test.go).
 type shareRun struct {
 	admitted   [][]int
 	offered    []int
 	offeredSec [][]int
 	slowest    [][]time.Duration
+	failedOpen [][]int // calls of the paced load the daemon did not decide
 }
 
 // shareDrive offers, on every node and one key, initial requests at once
@@ -140,6 +142,7 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) shar
 	offered := make([]int, len(nodes))
 	offeredSec := make([][]int, len(nodes))
 	slowest := make([][]time.Duration, len(nodes))
+	failedOpen := make([][]int, len(nodes))
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -148,6 +151,7 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) shar
 		admitted[i] = make([]int, secs)
 		offeredSec[i] = make([]int, secs)
 		slowest[i] = make([]time.Duration, secs)
+		failedOpen[i] = make([]int, secs)
 		for range callers {
 			wg.Add(1)
 			go func() {
@@ -186,6 +190,9 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) shar
 				offered[i]++
 				offeredSec[i][int(at/time.Second)]++
 				slowest[i][int(at/time.Second)] = max(slowest[i][int(at/time.Second)], took)
+				if d.FailedOpen {
+					failedOpen[i][int(at/time.Second)]++
+				}
 				if d.Allowed && !d.FailedOpen {
 					admitted[i][int(at/time.Second)]++
 				}
@@ -194,7 +201,7 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) shar
 		}()
 	}
 	wg.Wait()
-	return shareRun{admitted: admitted, offered: offered, offeredSec: offeredSec, slowest: slowest}
+	return shareRun{admitted: admitted, offered: offered, offeredSec: offeredSec, slowest: slowest, failedOpen: failedOpen}
 }
 
 // shareReport logs the run in issue 20's terms: admitted against burst +
@@ -307,7 +314,11 @@ func TestProcsEvenDemandIsShared(t *testing.T) {
 					t.Errorf("a node's share of a 2 s window was %.2f of 1/N: it starved", least)
 				}
 				asserted := run.assertedWindows()
-				if t.Failed() || asserted >= minAssertedWindows {
+				if t.Failed() {
+					t.Logf("balances of %q now: %v", fmt.Sprintf("even-%d", attempt), shareBalances(nodes, fmt.Sprintf("even-%d", attempt)))
+					return
+				}
+				if asserted >= minAssertedWindows {
 					return
 				}
 				if attempt == 2 {

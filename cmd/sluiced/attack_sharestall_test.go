@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -23,8 +24,10 @@ import (
 // a machine that runs the daemons, an answer takes tens to hundreds of
 // microseconds; one that took stalledAnswer (five of the test's 20 ms
 // gossip intervals) means the daemon (or the driver waiting on it) went
-// without the CPU for that long, and its gossip rounds with it. Such a
-// window is logged with the node and the answer's time, and not asserted.
+// without the CPU for that long, and its gossip rounds with it; a call the
+// daemon did not decide at all (the client failed it open) says the same.
+// Such a window is logged with the node and the answer's time, and not
+// asserted. A failed run logs every node's balance of the key.
 //
 // Skipping windows must not let the test pass on nothing: a run with fewer
 // than minAssertedWindows asserted windows (of the four after first
@@ -43,6 +46,20 @@ const stalledAnswer = 100 * time.Millisecond
 // must be asserted for the run to count.
 const minAssertedWindows = 2
 
+// shareBalances is each node's balance of key, for the log of a failure.
+func shareBalances(nodes []*shareNode, key string) []string {
+	var out []string
+	for _, sn := range nodes {
+		in, err := sn.c.Inspect(context.Background(), "api", key)
+		if err != nil {
+			out = append(out, sn.name+": "+err.Error())
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %.1f", sn.name, in.Balance))
+	}
+	return out
+}
+
 // windows is how many 2 s windows follow the first.
 func (r shareRun) windows() int { return len(r.admitted[0])/2 - 1 }
 
@@ -60,10 +77,16 @@ func (r shareRun) assertedWindows() int {
 
 // unasserted says why the 2 s window from second w does not measure
 // fairness ("" if it does): a caller stalled (uneven demand) or a daemon
-// answered as late as stalledAnswer.
+// answered as late as stalledAnswer or did not decide a call (the client
+// failed it open).
 func (r shareRun) unasserted(w int) string {
 	if !evenDemand(r.offeredSec, w) {
 		return "demand uneven: the machine stalled some callers"
+	}
+	for i, f := range r.failedOpen {
+		if f[w]+f[w+1] > 0 {
+			return fmt.Sprintf("daemon starved: s%d did not decide %d calls (failed open)", i, f[w]+f[w+1])
+		}
 	}
 	node, slowest := -1, time.Duration(0)
 	for i, s := range r.slowest {
