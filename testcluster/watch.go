@@ -46,6 +46,14 @@ type WatchSpec struct {
 	// ProbeRule names a slow rule (burst well above 1) used to time
 	// convergence: a token taken on one node, watched for on the others.
 	ProbeRule string
+	// ProbeHolders, if above 1, has each probe's key held by that many
+	// nodes first and times convergence on them (HolderProbeLag): owner
+	// mode, where a node hears of a key only while it uses it. ProbeRate
+	// is then the probe rule's refill (tokens per second) and ProbeSettle
+	// the wait between the holders' first tokens and the measured one.
+	ProbeHolders int
+	ProbeRate    float64
+	ProbeSettle  time.Duration
 	// Aligned starts every node's paced load at the same instant instead of
 	// at a random phase, so nodes offered the same rate send together: the
 	// worst case, each such burst landing on many nodes at once.
@@ -62,6 +70,10 @@ type Second struct {
 	Balances   []float64 // per node, at the end of the second
 	Spread     float64   // max − min of Balances
 	LagMs      []float64 // convergence lags measured this second (ms)
+	// ProbesLost counts holder probes (WatchSpec.ProbeHolders) whose
+	// measured token was taken and not reflected on every holder within
+	// the probe's timeout, ended this second.
+	ProbesLost int
 }
 
 // Watch drives spec's load against t, calling each once per second with
@@ -115,9 +127,10 @@ func Watch(ctx context.Context, t Target, spec WatchSpec, each func(Second)) ([]
 	}
 
 	lags := make(chan float64, 64)
+	var lost atomic.Int64
 	if spec.ProbeRule != "" {
 		wg.Add(1)
-		go func() { defer wg.Done(); probeLoop(ctx, t, spec.ProbeRule, lags) }()
+		go func() { defer wg.Done(); probeLoop(ctx, t, spec, lags, &lost) }()
 	}
 
 	var seconds []Second
@@ -147,6 +160,7 @@ func Watch(ctx context.Context, t Target, spec WatchSpec, each func(Second)) ([]
 			lo, hi = min(lo, b), max(hi, b)
 		}
 		s.Spread = hi - lo
+		s.ProbesLost = int(lost.Swap(0))
 	drain:
 		for {
 			select {
@@ -176,11 +190,23 @@ func Watch(ctx context.Context, t Target, spec WatchSpec, each func(Second)) ([]
 // probeLoop times convergence: about four times a second, at random
 // moments (so as not to lock onto the gossip rounds' phase), it takes one
 // token of a fresh key on one node (in turn) and measures how long until
-// every other node's balance shows it.
-func probeLoop(ctx context.Context, t Target, rule string, lags chan<- float64) {
+// every other node's balance shows it. With spec.ProbeHolders it starts a
+// holder probe (HolderProbeLag) at those moments instead, each in its own
+// goroutine as the simulator's overlap (one lasts the settle wait and
+// more), and none in the watch's last second and settle wait, which it
+// could not finish (the simulator's probeTail).
+func probeLoop(ctx context.Context, t Target, spec WatchSpec, lags chan<- float64, lost *atomic.Int64) {
 	n := t.Size()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var holders sync.WaitGroup
+	defer holders.Wait()
+	send := func(lag time.Duration) {
+		select {
+		case lags <- float64(lag) / float64(time.Millisecond):
+		default:
+		}
+	}
 	for k := 0; ; k++ {
 		select {
 		case <-ctx.Done():
@@ -188,12 +214,26 @@ func probeLoop(ctx context.Context, t Target, rule string, lags chan<- float64) 
 		case <-timer.C:
 		}
 		timer.Reset(time.Duration(rand.Int64N(int64(500 * time.Millisecond))))
-		lag, ok := ProbeLag(ctx, t, k%n, rule, fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), k), 5*time.Second)
-		if ok {
-			select {
-			case lags <- float64(lag) / float64(time.Millisecond):
-			default:
+		key := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), k)
+		if spec.ProbeHolders > 1 {
+			if end, ok := ctx.Deadline(); ok && time.Until(end) < time.Second+spec.ProbeSettle {
+				continue
 			}
+			holders.Add(1)
+			go func() {
+				defer holders.Done()
+				lag, started, ok := HolderProbeLag(ctx, t, k%n, spec.ProbeHolders, spec.ProbeRule, key, spec.ProbeRate, spec.ProbeSettle, 5*time.Second)
+				switch {
+				case ok:
+					send(lag)
+				case started && ctx.Err() == nil:
+					lost.Add(1)
+				}
+			}()
+			continue
+		}
+		if lag, ok := ProbeLag(ctx, t, k%n, spec.ProbeRule, key, 5*time.Second); ok {
+			send(lag)
 		}
 	}
 }

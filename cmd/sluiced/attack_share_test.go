@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -121,15 +120,29 @@ func aliveIn(body []byte) int {
 	return alive
 }
 
+// shareRun is what shareDrive saw, per node: what each admitted in each
+// second (by the time each call was made, from a common start), what each
+// offered in all, what each offered in each second of the paced load, and
+// the slowest answer its daemon gave and the calls it did not decide (the
+// client failed them open) in each second of the paced load
+// (attack_sharestall_test.go).
+type shareRun struct {
+	admitted   [][]int
+	offered    []int
+	offeredSec [][]int
+	slowest    [][]time.Duration
+	failedOpen [][]int // calls of the paced load the daemon did not decide
+}
+
 // shareDrive offers, on every node and one key, initial requests at once
 // (from several callers) and then perNode requests per second at random, for secs
-// seconds, and returns what each node admitted in each second (by the time
-// each call was made, from a common start), what each offered in all, and
-// what each offered in each second of the paced load.
-func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (admitted [][]int, offered []int, offeredSec [][]int) {
-	admitted = make([][]int, len(nodes))
-	offered = make([]int, len(nodes))
-	offeredSec = make([][]int, len(nodes))
+// seconds, and returns what happened (shareRun).
+func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) shareRun {
+	admitted := make([][]int, len(nodes))
+	offered := make([]int, len(nodes))
+	offeredSec := make([][]int, len(nodes))
+	slowest := make([][]time.Duration, len(nodes))
+	failedOpen := make([][]int, len(nodes))
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -137,6 +150,8 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (adm
 	for i, sn := range nodes {
 		admitted[i] = make([]int, secs)
 		offeredSec[i] = make([]int, secs)
+		slowest[i] = make([]time.Duration, secs)
+		failedOpen[i] = make([]int, secs)
 		for range callers {
 			wg.Add(1)
 			go func() {
@@ -170,9 +185,14 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (adm
 					return
 				}
 				d := sn.c.Allow(context.Background(), "api", key)
+				took := time.Since(start) - at
 				mu.Lock()
 				offered[i]++
 				offeredSec[i][int(at/time.Second)]++
+				slowest[i][int(at/time.Second)] = max(slowest[i][int(at/time.Second)], took)
+				if d.FailedOpen {
+					failedOpen[i][int(at/time.Second)]++
+				}
 				if d.Allowed && !d.FailedOpen {
 					admitted[i][int(at/time.Second)]++
 				}
@@ -181,16 +201,16 @@ func shareDrive(nodes []*shareNode, key string, initial, perNode, secs int) (adm
 		}()
 	}
 	wg.Wait()
-	return admitted, offered, offeredSec
+	return shareRun{admitted: admitted, offered: offered, offeredSec: offeredSec, slowest: slowest, failedOpen: failedOpen}
 }
 
 // shareReport logs the run in issue 20's terms: admitted against burst +
 // rate × T over the first 1, 5 and 10 s, and each node's share of every 2 s
 // window against 1/N. It returns the first second's total, and the worst
-// share's distance from 1/N and the least share, as fractions of 1/N
-// (windows after the first, which holds first contact, and, when
-// offeredSec is given, only windows whose demand was even: see evenDemand).
-func shareReport(t *testing.T, admitted, offeredSec [][]int) (first int, worst, least float64) {
+// share's distance from 1/N and the least share, as fractions of 1/N, over
+// the windows after the first (which holds first contact) that unasserted,
+// when given, has no reason to leave out (see shareRun.unasserted).
+func shareReport(t *testing.T, admitted [][]int, unasserted func(w int) string) (first int, worst, least float64) {
 	t.Helper()
 	n, secs := len(admitted), len(admitted[0])
 	least = 1
@@ -211,39 +231,27 @@ func shareReport(t *testing.T, admitted, offeredSec [][]int) (first int, worst, 
 	}
 	for w := 0; w+2 <= secs; w += 2 {
 		all := total(w+2) - total(w)
+		why := ""
+		if unasserted != nil {
+			why = unasserted(w)
+		}
 		fmt.Fprintf(&b, "  window %2d-%2ds:", w, w+2)
 		for i := range n {
 			own := admitted[i][w] + admitted[i][w+1]
 			share := float64(own) / float64(max(all, 1)) * float64(n)
-			if w > 0 && (offeredSec == nil || evenDemand(offeredSec, w)) { // the first window holds first contact
+			if w > 0 && why == "" { // the first window holds first contact
 				worst, least = max(worst, abs(share-1)), min(least, share)
 			}
 			fmt.Fprintf(&b, " %.2f", share)
 		}
-		if offeredSec != nil && !evenDemand(offeredSec, w) {
-			b.WriteString(" (share × N; demand uneven: the machine stalled some callers, not asserted)\n")
+		if why != "" {
+			fmt.Fprintf(&b, " (share × N; %s, not asserted)\n", why)
 			continue
 		}
 		b.WriteString(" (share × N)\n")
 	}
 	t.Logf("%d nodes:\n%s", n, b.String())
 	return total(1), worst, least
-}
-
-// evenDemand reports whether every node offered, in the 2 s window from
-// second w, at least 80% of what the busiest node offered (random arrivals
-// alone spread ten nodes' counts by about 10%; a caller stalled for a fifth
-// of the window falls below). Fairness is
-// claimed for even demand: on a loaded machine a node's caller (or its
-// daemon, which the caller waits on) can stall for part of a window, and
-// the node then asks, and is admitted, less.
-func evenDemand(offeredSec [][]int, w int) bool {
-	least, most := math.MaxInt, 0
-	for _, o := range offeredSec {
-		n := o[w] + o[w+1]
-		least, most = min(least, n), max(most, n)
-	}
-	return float64(least) >= 0.8*float64(most)
 }
 
 func abs(x float64) float64 {
@@ -262,7 +270,7 @@ func TestProcsFirstContactIsAboutOneBurst(t *testing.T) {
 	for _, n := range []int{3, 10} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			nodes := shareCluster(t, n, 200*time.Millisecond)
-			admitted, _, _ := shareDrive(nodes, "fresh", 160, 200, 5)
+			admitted := shareDrive(nodes, "fresh", 160, 200, 5).admitted
 			first, _, _ := shareReport(t, admitted, nil)
 			// One burst, the rate for the second, and the cluster's rate for
 			// one propagation delay (two 200 ms intervals and the network).
@@ -287,29 +295,37 @@ func TestProcsFirstContactIsAboutOneBurst(t *testing.T) {
 // 2 s window after the first is within 25% of 1/N (issue 20: two nodes
 // refused everything for about 13 s while the third admitted everything).
 // A window in which the loaded machine stalled some nodes' callers (one
-// offered less than 80% of the busiest) is logged, not asserted: its
-// demand was not even.
+// offered less than 80% of the busiest) or some daemons (an answer later
+// than stalledAnswer) is logged, not asserted; a run with fewer than
+// minAssertedWindows asserted windows is run again once on a fresh key, and
+// fails if the second is no better (attack_sharestall_test.go).
 func TestProcsEvenDemandIsShared(t *testing.T) {
 	for _, n := range []int{3, 10} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			nodes := shareCluster(t, n, 20*time.Millisecond)
-			admitted, offered, offeredSec := shareDrive(nodes, "even", 0, 200, 10)
-			t.Logf("offered per node: %v", offered)
-			_, worst, least := shareReport(t, admitted, offeredSec)
-			even := 0
-			for w := 2; w+2 <= 10; w += 2 {
-				if evenDemand(offeredSec, w) {
-					even++
+			for attempt := 1; ; attempt++ {
+				run := shareDrive(nodes, fmt.Sprintf("even-%d", attempt), 0, 200, 10)
+				t.Logf("offered per node: %v; slowest answer per 2 s window: %v", run.offered, run.slowestPerWindow())
+				_, worst, least := shareReport(t, run.admitted, run.unasserted)
+				if worst > 0.25 {
+					t.Errorf("a node's share of a 2 s window was %.0f%% off 1/N, want within 25%%", 100*worst)
 				}
-			}
-			if even == 0 {
-				t.Skip("the machine stalled some callers in every window: demand was never even, fairness not measured")
-			}
-			if worst > 0.25 {
-				t.Errorf("a node's share of a 2 s window was %.0f%% off 1/N, want within 25%%", 100*worst)
-			}
-			if least < 0.5 {
-				t.Errorf("a node's share of a 2 s window was %.2f of 1/N: it starved", least)
+				if least < 0.5 {
+					t.Errorf("a node's share of a 2 s window was %.2f of 1/N: it starved", least)
+				}
+				asserted := run.assertedWindows()
+				if t.Failed() {
+					t.Logf("balances of %q now: %v", fmt.Sprintf("even-%d", attempt), shareBalances(nodes, fmt.Sprintf("even-%d", attempt)))
+					return
+				}
+				if asserted >= minAssertedWindows {
+					return
+				}
+				if attempt == 2 {
+					t.Fatalf("%d of %d windows asserted in each of two runs (want at least %d): the machine starved the callers or daemons, fairness not measured",
+						asserted, run.windows(), minAssertedWindows)
+				}
+				t.Logf("%d of %d windows asserted (want at least %d): running again once on a fresh key", asserted, run.windows(), minAssertedWindows)
 			}
 		})
 	}
@@ -338,8 +354,8 @@ func TestProcsRestartedSeedRejoinsAtOnce(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		a, o, _ := shareDrive(nodes, "restart", 0, 150, 20)
-		done <- result{a, o}
+		r := shareDrive(nodes, "restart", 0, 150, 20)
+		done <- result{r.admitted, r.offered}
 	}()
 	at := time.NewTimer(5 * time.Second) // pacing the scenario, not waiting for an outcome
 	<-at.C
