@@ -225,6 +225,10 @@ type aggGroup struct {
 	// answer heard set up: everything below that answer's others is in up.
 	upFrom string
 	upGen  uint64
+	// credit is what answers of creditFrom to this node's own counter
+	// added to the group (owneraggcredit.go).
+	creditFrom string
+	credit     uint64
 }
 
 // aggSub is, at an owner, what a contributor's entry holds for
@@ -931,7 +935,9 @@ func (s *Syncer) aggOwnChargeLocked(sender string, a ownerAnswer, tokens uint64)
 	for _, sl := range h.slots {
 		if sl.owner == sender && sl.gen == a.gen {
 			before := sl.last - min(sl.last, tokens)
-			return min(tokens, u.ownUpTo-min(u.ownUpTo, before))
+			tokens = min(tokens, u.ownUpTo-min(u.ownUpTo, before))
+			s.aggCreditGroupLocked(aggKey{a.rule, a.key, a.window}, sender, tokens) // owneraggcredit.go
+			return tokens
 		}
 	}
 	return 0
