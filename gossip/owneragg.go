@@ -229,6 +229,11 @@ type aggGroup struct {
 	// added to the group (owneraggcredit.go).
 	creditFrom string
 	credit     uint64
+	// altFrom is the other owner (not upFrom) that answered the group
+	// last, altFirst and altLast the group's sum its first and last
+	// answers acknowledged counting (owneraggfloor.go).
+	altFrom           string
+	altFirst, altLast uint64
 }
 
 // aggSub is, at an owner, what a contributor's entry holds for
@@ -853,6 +858,7 @@ func (s *Syncer) aggHeardLocked(sender string, a ownerAnswer, tokens, below uint
 	} else {
 		g.racked = max(g.racked, a.ackUsed) // ownerchain.go
 	}
+	g.noteAlt(sender, a.ackUsed) // owneraggfloor.go
 	g.upAt = now
 	g.view.note(a, now) // owneraggbalance.go
 	if a.users > 0 {
