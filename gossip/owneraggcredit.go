@@ -20,8 +20,8 @@ package gossip
 // owner's last answer and the replica's first (300 simulated nodes, 10%/min
 // churn, the owner killed at 8 s, seed 22: a joiner aggregator was charged
 // 90 on its own counter, its group's first answer from the replica came
-// with prev 90, and its 12 users ended 83-89 tokens under what the others
-// admitted).
+// with prev 90, and 13 nodes ended 54-89 tokens under what the others
+// admitted, its users among them).
 //
 // So what the own counter's answers of an owner other than the one whose
 // numbering the group took charge here is added to the group too, up to
@@ -30,6 +30,8 @@ package gossip
 // subscription is to come and will start from the aggregator's own, as
 // groupCountLocked continues it). Nothing is added twice: the group's own
 // answers of that owner add only above that start. The same run after:
+// min -89 -> -16 (seeds 18 and 23: -75 -> -36, -158 -> -49; the other
+// seeds but 9, whose churn then diverges, and honest runs unchanged):
 // TestOwnAnswerOfAnotherOwnerReachesTheGroup.
 
 // aggCreditGroupLocked adds tokens, charged here from sender's answer to
