@@ -228,6 +228,15 @@ type aggGroup struct {
 	// answer heard set up: everything below that answer's others is in up.
 	upFrom string
 	upGen  uint64
+	// credit is what answers of creditFrom to this node's own counter
+	// added to the group (owneraggcredit.go).
+	creditFrom string
+	credit     uint64
+	// altFrom is the other owner (not upFrom) that answered the group
+	// last, altFirst and altLast the group's sum its first and last
+	// answers acknowledged counting (owneraggfloor.go).
+	altFrom           string
+	altFirst, altLast uint64
 }
 
 // aggSub is, at an owner, what a contributor's entry holds for
@@ -855,6 +864,7 @@ func (s *Syncer) aggHeardLocked(sender string, a ownerAnswer, tokens, below uint
 	} else {
 		g.racked = max(g.racked, a.ackUsed) // ownerchain.go
 	}
+	g.noteAlt(sender, a.ackUsed) // owneraggfloor.go
 	g.upAt = now
 	g.view.note(a, now) // owneraggbalance.go
 	if a.users > 0 {
@@ -937,7 +947,9 @@ func (s *Syncer) aggOwnChargeLocked(sender string, a ownerAnswer, tokens uint64)
 	for _, sl := range h.slots {
 		if sl.owner == sender && sl.gen == a.gen {
 			before := sl.last - min(sl.last, tokens)
-			return min(tokens, u.ownUpTo-min(u.ownUpTo, before))
+			tokens = min(tokens, u.ownUpTo-min(u.ownUpTo, before))
+			s.aggCreditGroupLocked(aggKey{a.rule, a.key, a.window}, sender, tokens) // owneraggcredit.go
+			return tokens
 		}
 	}
 	return 0

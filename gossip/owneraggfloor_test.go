@@ -61,3 +61,61 @@ func TestHandedOnAfterFailoverIsChargedOnce(t *testing.T) {
 		})
 	}
 }
+
+// The replica's answers to the group acknowledge counting the group's sum
+// (ackUsed): what the group consumed since the replica's first answer to
+// it (40 here) is in the replica's aggregate, not in what it told the
+// group (320), and its answers to this node's own counter after the
+// hand-on start above both. Before, that consumption, this node's group's
+// own, was charged here once more (the key's fourth member of 100
+// simulated nodes, the owner killed at 8 s, seed 2 of the third-aggregates
+// key: +96 over what the others admitted; +16 after, its drift before the
+// kill). An answer at the floor charges nothing, each token above once.
+func TestHandedOnAfterFailoverIsNotChargedItsGroupsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		firstUsed uint64 // the group's sum the replica's first answer acknowledged
+		lastUsed  uint64 // ... its last
+		steps     []struct{ others, want uint64 }
+	}{
+		{name: "the group consumed 40 since the replica's first answer", firstUsed: 110, lastUsed: 150,
+			steps: []struct{ others, want uint64 }{{360, 0}, {370, 10}}},
+		{name: "nothing since", firstUsed: 150, lastUsed: 150,
+			steps: []struct{ others, want uint64 }{{320, 0}, {330, 10}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			net := newHandOnNet(t, handOnKey, noHandOnKey)
+			a, clock, joiner, owner, replica, k, answer := net.a, net.clock, net.member, net.owner, net.replica, net.k, net.answer
+			a.mu.Lock()
+			epoch := a.aggGroupLocked(k, a.sinceBorn()).epoch
+			a.mu.Unlock()
+			group := func(from string, gen, prev, others, used, want uint64) {
+				t.Helper()
+				*clock = clock.Add(a.cfg.GossipInterval)
+				if got := answerCharged(t, a, from, *clock, ownerAnswer{rule: "api", key: net.key, gen: gen, prev: prev, others: others, ackEpoch: epoch, ackUsed: used}); got != want {
+					t.Fatalf("%s's answer to the group (others %d) charged %d, want %d", from, others, got, want)
+				}
+			}
+			group(owner, 7, 0, 1000, 100, 1000)
+			// The owner falls silent: the replica counts the key from the
+			// failover, and the group's counters from its sum then.
+			group(replica, 5, 0, 300, tc.firstUsed, 300)
+			group(replica, 5, 300, 320, tc.lastUsed, 20)
+			setAggMember(a, joiner, true)
+			a.mu.Lock()
+			a.aggRoundLocked(a.sinceBorn(), uint64(clock.UnixNano())) // hands the group on
+			handed := a.owner.agg.groups[k] == nil
+			a.mu.Unlock()
+			if !handed {
+				t.Fatal("the group was not handed on")
+			}
+			prev := uint64(0) // the replica's new subscription of its own counter
+			for _, st := range tc.steps {
+				if got := answer(replica, 9, prev, st.others, 1); got != st.want {
+					t.Errorf("the replica's answer to its own counter, others %d: charged %d, want %d", st.others, got, st.want)
+				}
+				prev = st.others
+			}
+		})
+	}
+}

@@ -181,6 +181,8 @@ func (s *Syncer) aggHandOnLocked(k aggKey, g *aggGroup, now time.Duration) {
 	if h := s.owner.heard[k]; h != nil {
 		// The other owner that answered the group, before the raise below (owneraggfloor.go).
 		u.handedAlt, u.handedAltUpTo = handedAltOf(h, g.upFrom)
+		// And the group's own consumption it counted (owneraggfloor.go).
+		u.handedAltUpTo += g.altCounted(u.handedAlt)
 		var via uint64 // charged through the group: what the owner's answers to it added
 		for _, sl := range h.slots {
 			if sl.owner == g.upFrom && !sl.own {
