@@ -103,13 +103,7 @@ func TestOwnerAndReplicaDeadFailOverToTheThird(t *testing.T) {
 			slack := 2 * uint64(len(live))
 			check := func(when string) {
 				t.Helper()
-				for _, name := range live {
-					got, others := n.since(name, live, base, usedAt)
-					t.Logf("%s: %s charged %d since the replica died, the live others consumed %d", when, name, got, others)
-					if got+slack < others || got > others+slack {
-						t.Errorf("%s: %s charged %d since the replica died, the live others consumed %d: want within %d", when, name, got, others, slack)
-					}
-				}
+				n.assertChargedSince(t, when, "the replica died", live, base, usedAt, slack)
 			}
 			for range 2*ownerFailover + 60 {
 				n.round("", live...)

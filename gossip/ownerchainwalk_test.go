@@ -67,13 +67,7 @@ func TestWalkPassesTheSilentThird(t *testing.T) {
 			slack := 2 * uint64(len(live)) // the last rounds, not answered yet
 			check := func(when string) {
 				t.Helper()
-				for _, name := range live {
-					got, others := n.since(name, live, base, usedAt)
-					t.Logf("%s: %s charged %d since the owner died, the live others consumed %d", when, name, got, others)
-					if got+slack < others || got > others+slack {
-						t.Errorf("%s: %s charged %d since the owner died, the live others consumed %d: want within %d", when, name, got, others, slack)
-					}
-				}
+				n.assertChargedSince(t, when, "the owner died", live, base, usedAt, slack)
 			}
 			for range 3*ownerFailover + 60 {
 				n.round("", live...)

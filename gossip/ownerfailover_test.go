@@ -232,6 +232,21 @@ func (n *failoverNet) since(name string, live []string, base, usedAt map[string]
 	return n.ledgers[name].charged["api/"+n.key] - base[name], others
 }
 
+// assertChargedSince asserts that every node of live was charged, since
+// base, what the others of live consumed since usedAt (see since), within
+// slack tokens; event names what happened at base (as in "since the owner
+// died") and when the moment of the check.
+func (n *failoverNet) assertChargedSince(t *testing.T, when, event string, live []string, base, usedAt map[string]uint64, slack uint64) {
+	t.Helper()
+	for _, name := range live {
+		got, others := n.since(name, live, base, usedAt)
+		t.Logf("%s: %s charged %d since %s, the live others consumed %d", when, name, got, event, others)
+		if got+slack < others || got > others+slack {
+			t.Errorf("%s: %s charged %d since %s, the live others consumed %d: want within %d", when, name, got, event, others, slack)
+		}
+	}
+}
+
 // An owner that dies (kill -9: it sends and hears nothing) is still failed
 // over from within ownerFailover rounds: its contributors send to the
 // replica, which answers them, and every live node is charged what the
