@@ -54,6 +54,21 @@ func setAggMember(s *Syncer, name string, in bool) {
 	s.refreshRingLocked()
 }
 
+// joinAndHandOn has s see joiner join (it takes over the aggregation point
+// s held for key k), runs one aggregation round at now, which hands s's
+// group on, and fails t if s still holds a group of k.
+func joinAndHandOn(t *testing.T, s *Syncer, joiner string, k aggKey, now time.Time) {
+	t.Helper()
+	setAggMember(s, joiner, true)
+	s.mu.Lock()
+	s.aggRoundLocked(s.sinceBorn(), uint64(now.UnixNano()))
+	g := s.owner.agg.groups[k]
+	s.mu.Unlock()
+	if g != nil {
+		t.Fatal("the group was not handed on")
+	}
+}
+
 func TestAggFanIn(t *testing.T) {
 	for _, tc := range []struct{ n, want int }{
 		{1, 2}, {4, 2}, {5, 4}, {16, 4}, {17, 8}, {100, 16}, {1000, 32}, {3000, 64}, {10000, 128},

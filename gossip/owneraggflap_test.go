@@ -57,14 +57,7 @@ func TestRegroupAfterAHandOnChargesWhatTheHandedGroupToldUncharged(t *testing.T)
 			if total != 1000 {
 				t.Fatalf("before the hand-on: charged %d, want 1000", total)
 			}
-			setAggMember(a, joiner, true)
-			a.mu.Lock()
-			a.aggRoundLocked(a.sinceBorn(), uint64(clock.UnixNano())) // hands the group on
-			g := a.owner.agg.groups[k]
-			a.mu.Unlock()
-			if g != nil {
-				t.Fatal("the group was not handed on")
-			}
+			joinAndHandOn(t, a, joiner, k, *clock)
 			regrouped := uint64(0)
 			last := uint64(1000)
 			for _, st := range tc.steps {

@@ -36,14 +36,7 @@ func TestHandedOnAfterFailoverIsChargedOnce(t *testing.T) {
 			if got := answer(replica, 5, 0, 300, epoch); got != 300 {
 				t.Fatalf("the replica's answer to the group charged %d, want 300", got)
 			}
-			setAggMember(a, joiner, true)
-			a.mu.Lock()
-			a.aggRoundLocked(a.sinceBorn(), uint64(clock.UnixNano())) // hands the group on
-			handed := a.owner.agg.groups[k] == nil
-			a.mu.Unlock()
-			if !handed {
-				t.Fatal("the group was not handed on")
-			}
+			joinAndHandOn(t, a, joiner, k, *clock)
 			var via uint64
 			if tc.viaAt > 0 {
 				via = tc.viaAt - 1300 // above the group's total, in the owner's numbering
@@ -101,14 +94,7 @@ func TestHandedOnAfterFailoverIsNotChargedItsGroupsOwn(t *testing.T) {
 			// failover, and the group's counters from its sum then.
 			group(replica, 5, 0, 300, tc.firstUsed, 300)
 			group(replica, 5, 300, 320, tc.lastUsed, 20)
-			setAggMember(a, joiner, true)
-			a.mu.Lock()
-			a.aggRoundLocked(a.sinceBorn(), uint64(clock.UnixNano())) // hands the group on
-			handed := a.owner.agg.groups[k] == nil
-			a.mu.Unlock()
-			if !handed {
-				t.Fatal("the group was not handed on")
-			}
+			joinAndHandOn(t, a, joiner, k, *clock)
 			prev := uint64(0) // the replica's new subscription of its own counter
 			for _, st := range tc.steps {
 				if got := answer(replica, 9, prev, st.others, 1); got != st.want {
