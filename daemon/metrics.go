@@ -121,7 +121,7 @@ func (m *metrics) registerGossip(s *gossip.Syncer) {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: "Gossip traffic: " + name + "."}, f))
 	}
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_gossip_owner_answers_refused_total",
-		Help: "Owner-mode answers (and aggregation notices) refused: from a member that is neither the key's owner nor its replica here, nor the third this node's failover chain names, nor its aggregator."},
+		Help: "Owner-mode answers (and aggregation notices) refused: from a member that is neither the key's owner nor its replica here, nor the third this node's failover chain names, nor its aggregator; or about a key this node holds nothing of (never used, counted or aggregated here)."},
 		func() float64 { return float64(s.OwnerStats().AnswersRefused) }))
 	m.registerTransport(s.Transport())
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_members_alive", Help: "Cluster members believed alive, this node included."},

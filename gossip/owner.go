@@ -253,7 +253,7 @@ type failover struct {
 type OwnerStats struct {
 	Aggregates, Contributors int // held now
 	AnswersSent              uint64
-	AnswersRefused           uint64 // from a node that is neither owner, replica, chained third (ownerchain.go) nor aggregator here
+	AnswersRefused           uint64 // from a node that is neither owner, replica, chained third (ownerchain.go) nor aggregator here, or about a key this node holds nothing of (ownerunsolicited.go)
 }
 
 // OwnerStats returns what this node holds and did as an owner.
@@ -800,7 +800,11 @@ func (s *Syncer) receiveAnswerViews(b []byte) (charges []charge, users []keyView
 	for _, a := range answers {
 		owner, replica := s.owner.ring.owners(a.rule, a.key)
 		fromOwner := sender == owner || sender == replica || s.chainFromLocked(a.rule, a.key, sender) // ownerchain.go
-		if !fromOwner && !s.aggAcceptLocked(a.rule, a.key, a.window, sender) {                        // owneragg.go
+		if !s.solicitedLocked(a.rule, a.key, a.window, a.ackEpoch) {                                  // ownerunsolicited.go
+			s.ownerRefused.Add(1)
+			continue
+		}
+		if !fromOwner && !s.aggAcceptLocked(a.rule, a.key, a.window, sender) { // owneragg.go
 			s.ownerRefused.Add(1)
 			continue
 		}

@@ -1162,7 +1162,7 @@ func (s *Syncer) receiveNotice(b []byte) error {
 	st := &s.owner.agg
 	for _, n := range keys {
 		owner, replica := s.owner.ring.owners(n.rule, n.key)
-		if sender != owner && sender != replica {
+		if (sender != owner && sender != replica) || !s.solicitedLocked(n.rule, n.key, n.window, n.ackEpoch) { // ownerunsolicited.go
 			s.ownerRefused.Add(1)
 			continue
 		}

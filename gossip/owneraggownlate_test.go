@@ -58,6 +58,7 @@ func TestAnswerAfterTheNoticeIsNotChargedTwice(t *testing.T) {
 	s.mu.Lock()
 	owner, _ := s.owner.ring.owners("api", "k")
 	s.mu.Unlock()
+	sentCounter(s, "api", "k") // ownerunsolicited.go
 	send := func(from string, a ownerAnswer) uint64 {
 		t.Helper()
 		*clock = clock.Add(time.Millisecond)

@@ -62,6 +62,7 @@ func TestLostFirstAnswerIsChargedByTheNext(t *testing.T) {
 			b.mu.Lock()
 			b.refreshRingLocked()
 			b.mu.Unlock()
+			sentCounter(b, "api", key) // b contributes (ownerunsolicited.go)
 			for _, i := range tt.heard {
 				charges, err := b.receiveAnswer(answers[i])
 				if err != nil {

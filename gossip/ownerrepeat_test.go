@@ -82,6 +82,7 @@ func newRepeatPair(t *testing.T) *repeatPair {
 	p.b.mu.Lock()
 	p.b.refreshRingLocked()
 	p.b.mu.Unlock()
+	sentCounter(p.b, "api", p.key) // b contributes: its answers are solicited (ownerunsolicited.go)
 	return p
 }
 

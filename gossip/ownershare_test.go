@@ -190,6 +190,7 @@ func TestOwnerViewReachesTheLedger(t *testing.T) {
 	s.refreshRingLocked()
 	owner, _ := s.owner.ring.owners("api", "k")
 	s.mu.Unlock()
+	sentCounter(s, "api", "k") // ownerunsolicited.go
 	w := &answerWriter{limit: 1300, sender: owner, at: uint64(time.Now().UnixNano()), users: true}
 	w.add(ownerAnswer{rule: "api", key: "k", gen: 1, others: 30, ackEpoch: 4, ackUsed: 2, users: 12, balance: 7.5})
 	charges, users, err := s.receiveAnswerViews(w.packets()[0])

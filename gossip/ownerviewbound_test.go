@@ -38,6 +38,7 @@ func TestOwnerViewIsBoundedByTheOwnBalance(t *testing.T) {
 			s.refreshRingLocked()
 			owner, _ := s.owner.ring.owners("r", "k")
 			s.mu.Unlock()
+			sentCounter(s, "r", "k") // ownerunsolicited.go
 			w := &answerWriter{limit: 1300, sender: owner, at: uint64(time.Now().UnixNano()), users: true}
 			w.add(ownerAnswer{rule: "r", key: "k", gen: 1, users: 2, balance: tt.view})
 			_, views, err := s.receiveAnswerViews(w.packets()[0])

@@ -47,11 +47,12 @@ var chainRogues = []string{"r1", "r2", "r3"}
 // chainMembers are the members of the attacked cluster.
 var chainMembers = append([]string{"a"}, chainRogues...)
 
-// chainCluster starts an owner-mode daemon and the three keyed rogues,
-// speaking the delegate protocol ownerLiesCluster's rogue speaks.
-func chainCluster(t *testing.T) (a *adminNode, addr string, rogues map[string]*ownerRogue) {
+// chainCluster starts an owner-mode daemon (flags args added) and the
+// three keyed rogues, speaking the delegate protocol ownerLiesCluster's
+// rogue speaks.
+func chainCluster(t *testing.T, args ...string) (a *adminNode, addr string, rogues map[string]*ownerRogue) {
 	t.Helper()
-	a, addr = ownerDaemon(t)
+	a, addr = ownerDaemon(t, args...)
 	rogues = map[string]*ownerRogue{}
 	for _, name := range chainRogues {
 		rogues[name] = newRogueMember(t, addr, name, func(c *memberlist.Config) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -119,8 +120,16 @@ func TestChainProtocolAdvertisementsKeepAggregatorsConsistent(t *testing.T) {
 			key := aggregatedKey(t, members)
 			owner, _, third := gossip.RingChain(members, "r", key)
 			want := gossip.RingAggregator(members, "r", key, "a", thirdOut)
-			rogues[owner].send(t, addr, rogues[owner].stamped(8, noticeEntry(key, 1)))
+			// The owner notices a contributor only: the daemon's counter
+			// reaches it first (a notice about a key the daemon never used is
+			// refused, gossip/ownerunsolicited.go), and its next one goes to
+			// the aggregator.
 			a.spendOne(t, []string{key})
+			rogues[owner].awaitCounters(t, "the daemon's counter of "+key+" reaches its owner", []string{key})
+			rogues[owner].send(t, addr, rogues[owner].stamped(8, noticeEntry(key, 1)))
+			if d := a.c.Allow(context.Background(), "r", key); !d.Allowed {
+				t.Fatalf("a refused the second token of %s: %+v", key, d)
+			}
 			var got string
 			eventually(t, "the daemon sends its counter of "+key+" to an aggregator", func() bool {
 				for name, r := range rogues {

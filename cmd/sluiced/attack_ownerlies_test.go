@@ -256,15 +256,15 @@ func (n *adminNode) awaitMember(t *testing.T, name string) {
 }
 
 // ownerDaemon starts one owner-mode daemon, a, with ownerLiesRules,
-// gossiping every 20 ms at addr under the test key.
-func ownerDaemon(t *testing.T) (a *adminNode, addr string) {
+// gossiping every 20 ms at addr under the test key, with flags args added.
+func ownerDaemon(t *testing.T, args ...string) (a *adminNode, addr string) {
 	t.Helper()
 	dir := tempDir(t)
 	key := secureKeyFile(t, dir, secureKey)
 	port := freePort(t)
 	addr = "127.0.0.1:" + port
-	a = secureNode(t, dir, "a", ownerLiesRules, nil, "--bind", addr, "--gossip-key-file", key,
-		"--gossip-interval", "20ms", "--gossip-mode", "owner", "--log-level", "debug")
+	a = secureNode(t, dir, "a", ownerLiesRules, nil, append([]string{"--bind", addr, "--gossip-key-file", key,
+		"--gossip-interval", "20ms", "--gossip-mode", "owner", "--log-level", "debug"}, args...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(tail(a.p.stderr.String(), 4000), grepLines(peersMetric(t, a.admin), "gossip"))
