@@ -52,6 +52,9 @@ func simCommand() *cli.Command {
 			&cli.BoolFlag{Name: "hot-key-third-aggregates", Usage: "hot: name the key the first hot-key-N whose third member on the ring (where counters go when its owner and replica are both silent) is one of its aggregators as older members name them; not with --hot-key"},
 			&cli.DurationFlag{Name: "silence-owner-from", Usage: "the hot key's owner sends nothing (a stalled owner: it still hears) from then"},
 			&cli.DurationFlag{Name: "silence-owner-to", Usage: "... until then (after the start; both unset: never)"},
+			&cli.DurationFlag{Name: "stall-from", Usage: "nodes 0 to --stall-nodes−1 stall (a daemon starved of CPU: no round, requests and packets wait) from then"},
+			&cli.DurationFlag{Name: "stall-to", Usage: "... until then (after the start; both unset: never)"},
+			&cli.IntFlag{Name: "stall-nodes", Value: 1, Usage: "how many nodes stall"},
 			&cli.DurationFlag{Name: "partition-from", Usage: "partition: start"},
 			&cli.DurationFlag{Name: "partition-to", Usage: "partition: end (after the start; unset: no partition)"},
 			&cli.IntFlag{Name: "partition-split", Usage: "partition: nodes below this index on one side (1 to nodes-1)"},
@@ -89,6 +92,7 @@ func simCommand() *cli.Command {
 				Jitter: c.Duration("jitter"), ChurnPerMinute: c.Float64("churn"), KillOwnerAt: c.Duration("kill-owner-at"), KillReplicaAt: c.Duration("kill-replica-at"), KillThirdAt: c.Duration("kill-third-at"), JoinSpread: c.Duration("join-spread"), Quiet: c.Duration("quiet"), Isolated: c.Int("isolated"),
 				Partition:    sim.Partition{From: c.Duration("partition-from"), To: c.Duration("partition-to"), Split: c.Int("partition-split")},
 				SilenceOwner: sim.Partition{From: c.Duration("silence-owner-from"), To: c.Duration("silence-owner-to")},
+				Stall:        stall(c),
 			}
 			stop, err := startProfiles(c.String("cpuprofile"))
 			if err != nil {
@@ -125,4 +129,12 @@ func rewriteBetweenMarkers(path string, tables map[string]string) error {
 		text = text[:i+len(open)] + table + text[j:]
 	}
 	return os.WriteFile(path, []byte(text), 0o644)
+}
+
+// stall is the --stall-* flags' stall (none unless --stall-to is set).
+func stall(c *cli.Context) sim.Partition {
+	if c.Duration("stall-to") == 0 {
+		return sim.Partition{}
+	}
+	return sim.Partition{From: c.Duration("stall-from"), To: c.Duration("stall-to"), Split: c.Int("stall-nodes")}
 }

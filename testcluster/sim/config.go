@@ -72,6 +72,11 @@ type Config struct {
 	// others fail over to the key's replica after ownerFailover rounds
 	// (the membership is left alone: memberlist's detection is slower).
 	SilenceOwner Partition
+	// Stall freezes nodes 0 to Split−1 between From and To, as a daemon
+	// starved of CPU on a loaded machine is: it makes no gossip round, and
+	// its requests and the packets and states sent to it wait until the
+	// stall ends (a socket's buffer), when it runs on from where it was.
+	Stall Partition
 	// KillOwnerAt crashes the hot key's owner then (no replacement), if
 	// above 0: the others fail over to its replica, and declare it dead
 	// after DetectAfter (killowner.go).
@@ -218,6 +223,12 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.SilenceOwner.check("owner silence", -1); err != nil {
 		return err
+	}
+	if err := c.Stall.check("stall", -1); err != nil {
+		return err
+	}
+	if c.Stall != (Partition{}) && (c.Stall.Split <= 0 || c.Stall.Split > c.Nodes) {
+		return fmt.Errorf("sim: stall split %d of %d nodes: want 1 to %d", c.Stall.Split, c.Nodes, c.Nodes)
 	}
 	for _, k := range []struct {
 		what string

@@ -32,6 +32,9 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{"hot key too long", Config{Nodes: 3, HotKey: strings.Repeat("k", maxHotKey+1)}, "hot key of"},
 		{"hot key named and searched", Config{Nodes: 10, HotKey: "k", HotKeyThirdAggregates: true}, "not with a hot key named"},
 		{"hot key searched on too few nodes", Config{Nodes: 7, HotKeyThirdAggregates: true}, "at least 8 nodes"},
+		{"stall without a node", Config{Nodes: 3, Stall: Partition{From: 0, To: time.Second}}, "stall split 0 of 3"},
+		{"stall of more nodes than the cluster's", Config{Nodes: 3, Stall: Partition{From: 0, To: time.Second, Split: 4}}, "stall split 4 of 3"},
+		{"stall ending before it starts", Config{Nodes: 3, Stall: Partition{From: 2 * time.Second, To: time.Second, Split: 1}}, "stall from"},
 		{"partition ending at its start", Config{Nodes: 3, Partition: Partition{From: time.Second, To: time.Second, Split: 1}}, "partition"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +52,7 @@ func TestNewRefusesABadConfig(t *testing.T) {
 		{Nodes: 3, KillOwnerAt: time.Second, KillReplicaAt: 2 * time.Second, KillThirdAt: 3 * time.Second},
 		{Nodes: 3, HotKey: "k"},
 		{Nodes: 8, HotKeyThirdAggregates: true},
+		{Nodes: 3, Stall: Partition{From: 0, To: time.Second, Split: 3}},
 	} {
 		if _, err := New(ok); err != nil {
 			t.Errorf("New(%+v): %v, want it accepted", ok, err)

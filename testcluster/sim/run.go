@@ -233,6 +233,11 @@ func (s *Sim) current(e event) (*node, bool) {
 }
 
 func (s *Sim) handle(e event) {
+	if s.stalled(e) {
+		e.at = int64(s.cfg.Stall.To) // it waits for the stall's end (stall.go)
+		s.push(e)
+		return
+	}
 	switch e.kind {
 	case evPacket:
 		s.deliver(e)
