@@ -34,6 +34,10 @@ type AccuracyResult struct {
 	Ideal    int // admitted by a single limiter given the same requests at the same instants
 	// FailedOpen counts requests the client admitted without a daemon's answer.
 	FailedOpen int
+	// Stall is the longest this process went unscheduled during the run
+	// (stallwatch.go): for that long no node gossiped, and the callers
+	// then sent what they had missed at once.
+	Stall time.Duration
 }
 
 // Accuracy is Admitted / Ideal: 1 means the cluster admitted exactly what one
@@ -58,6 +62,7 @@ func MeasureAccuracy(ctx context.Context, c *Cluster, spec AccuracySpec) (Accura
 	rnd := rand.New(rand.NewPCG(spec.Seed, 1))
 	start := time.Now()
 	deadline := start.Add(spec.Duration)
+	stalls := watchStalls()
 	var wg sync.WaitGroup
 	for i, share := range spec.Skew {
 		rate := spec.Offered * share
@@ -93,13 +98,14 @@ func MeasureAccuracy(ctx context.Context, c *Cluster, spec AccuracySpec) (Accura
 		}()
 	}
 	wg.Wait()
+	stall := stalls()
 	var all []offer
 	for _, o := range offers {
 		all = append(all, o...)
 	}
 	slices.SortFunc(all, func(a, b offer) int { return a.at.Compare(b.at) })
 	ref := bucket.NewStore(bucket.StoreConfig{MaxKeys: 16})
-	var r AccuracyResult
+	r := AccuracyResult{Stall: stall}
 	for _, o := range all {
 		r.Offered++
 		if o.allowed {

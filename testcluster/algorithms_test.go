@@ -3,7 +3,6 @@ package testcluster
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -16,26 +15,36 @@ func algorithmRule(algo bucket.Algorithm) string {
 }
 
 // Every algorithm holds a key to its limit across three nodes: load at three
-// times the limit, skewed 70/20/10 over the nodes, is admitted within 10% of
-// what a single limiter given the same requests at the same instants admits.
+// times the limit, skewed 70/20/10 over the nodes, is admitted within 10%
+// of what a single limiter given the same requests at the same instants
+// admits. A miss while the process stalled longer than five gossip rounds
+// is run again (accuracyattempts_test.go: a stall lets the nodes decide on
+// stale views, and near the end leaves no time to repay it).
 func TestEveryAlgorithmHeldToClusterLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives three seconds of load per algorithm")
 	}
+	const gossip = 20 * time.Millisecond
 	for _, algo := range bucket.Algorithms() {
 		t.Run(algo.String(), func(t *testing.T) {
-			c := start(t, Options{N: 3, Rules: algorithmRule(algo), GossipInterval: 20 * time.Millisecond})
-			r, err := MeasureAccuracy(context.Background(), c, AccuracySpec{
-				Rule: "hot", Key: "k", Limit: bucket.MustLimitOf(algo, 100, time.Second, 100),
-				Offered: 300, Skew: []float64{0.7, 0.2, 0.1}, Duration: 3 * time.Second, Seed: 1,
+			holdAccuracy(t, 0.10, 5*gossip, func() AccuracyResult {
+				c, err := Start(Options{N: 3, Rules: algorithmRule(algo), GossipInterval: gossip})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					assertNoneClamped(c, t.Errorf)
+					c.Close()
+				}()
+				r, err := MeasureAccuracy(context.Background(), c, AccuracySpec{
+					Rule: "hot", Key: "k", Limit: bucket.MustLimitOf(algo, 100, time.Second, 100),
+					Offered: 300, Skew: []float64{0.7, 0.2, 0.1}, Duration: 3 * time.Second, Seed: 1,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: offered %d, cluster admitted %d, one limiter %d: %.1f%%", algo, r.Offered, r.Admitted, r.Ideal, 100*r.Accuracy())
-			if r.FailedOpen > 0 || math.Abs(r.Accuracy()-1) > 0.10 {
-				t.Fatalf("admitted %d (%d failed open), a single limiter %d", r.Admitted, r.FailedOpen, r.Ideal)
-			}
 		})
 	}
 }
