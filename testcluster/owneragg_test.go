@@ -73,6 +73,21 @@ func aggEngagedWithin(c *Cluster, rule, key string, within time.Duration) error 
 // first-contact hold, fair floor and the owner's view, which reaches the
 // users of an aggregated key through their aggregators) in both
 // first-contact modes.
+//
+// The users count the view tells (about n) is asserted only on a run whose
+// driver offered at least 90% of the load asked (as withinShare's lower
+// bound): the driver and the daemons share the test process, and a run
+// that offered less is one whose daemons ran late too. Their counters then
+// go unanswered for aggFailover rounds, users fail over to the next slot's
+// aggregator and count in both groups for a users window (owneragg.go),
+// and the owner may fail over to the replica, which counts the groups
+// again: under a CPU burner (6 spinning shells, load 19-25) a run offered
+// 727 of 3000 and 646 of 3000 with 11 and 16 users failed over, and told
+// 29 and 34 users of 20; every run that offered 2040 or more told 20-24.
+// Such a run is logged and run again once, on a new cluster; the users
+// count is left unasserted only when the second run was starved as well
+// (the limit's upper bound and that the view reached half the nodes are
+// asserted on every run).
 func TestOwnerAggregationHoldsTheLimit(t *testing.T) {
 	n := aggSize()
 	for _, tt := range []struct {
@@ -85,29 +100,25 @@ func TestOwnerAggregationHoldsTheLimit(t *testing.T) {
 		{"shares, first contact share", true, bucket.FirstContactShare},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := start(t, Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner", AggregateAbove: aggAbove,
-				FirstShare: tt.shares, FirstContact: tt.contact})
-			const key = "agg-hot-key"
-			engaged := make(chan error, 1)
-			go func() { engaged <- aggEngagedWithin(c, "api", key, 5*time.Second) }()
-			const secs = 6
-			start := time.Now()
-			got, offered := driveOffered(c, "api", key, evenLoad(n, 500), secs*time.Second)
-			elapsed := time.Since(start).Seconds()
-			if err := <-engaged; err != nil {
-				t.Fatal(err)
-			}
-			want := 100 + 100*elapsed
-			asked := max(1, 500/n) * n * secs
-			owner, _ := c.Node(0).Daemon().Syncer().OwnerOf("api", key)
-			var ost string
-			for i, nd := range c.Nodes() {
-				if nd.Name == owner {
-					ost = fmt.Sprintf("%+v", c.Node(i).Daemon().Syncer().AggStats())
+			opts := Options{N: n, Rules: ownerRules, GossipInterval: 20 * time.Millisecond, GossipMode: "owner", AggregateAbove: aggAbove,
+				FirstShare: tt.shares, FirstContact: tt.contact}
+			// What every run must show, starved or not: the limit's upper
+			// bound (and the lower when the load was offered), and that the
+			// owner's view reached at least half the nodes through an
+			// aggregator.
+			always := func(r aggHoldRun) {
+				if tt.shares && len(r.told) < n/2 {
+					t.Errorf("%d of %d nodes heard the owner's view through an aggregator; want at least half", len(r.told), n)
 				}
+				withinShare(t, r.got, r.offered, r.asked, r.want, 0.05) // the lower bound only when the load was offered
 			}
-			t.Logf("%d nodes: admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); offered %d of %d asked; owner %s %s",
-				n, got, elapsed, want, 100*float64(got)/want, offered, asked, owner, ost)
+			r := runAggHold(t, opts)
+			if tt.shares && !r.loadOffered() {
+				always(r)
+				t.Logf("the machine offered only %d of %d requests (%d users failed over, told at most %v): the users count is not measured on this run; running it again once",
+					r.offered, r.asked, r.failedOver, r.told)
+				r = runAggHold(t, opts)
+			}
 			if tt.shares {
 				// The owner's view reached the users through their
 				// aggregators, its users count the cluster's (every node
@@ -115,26 +126,82 @@ func TestOwnerAggregationHoldsTheLimit(t *testing.T) {
 				// told: a user that moved between groups counts in both
 				// for up to the users window; an aggregator hears its
 				// share from its own group, not from another aggregator.)
-				viewed, told := 0, []int{}
-				for i := range n {
-					st := c.Node(i).Daemon().Syncer().AggStats()
-					if st.Views == 0 || st.Groups > 0 {
-						continue
+				if r.loadOffered() {
+					for _, tv := range r.told {
+						if tv.users < n/2 || tv.users > n+n/4 {
+							t.Errorf("node %d was told at most %d users of the key by its aggregator; want about %d", tv.node, tv.users, n)
+						}
 					}
-					viewed++
-					told = append(told, st.ViewUsers)
-					if st.ViewUsers < n/2 || st.ViewUsers > n+n/4 {
-						t.Errorf("node %d was told at most %d users of the key by its aggregator; want about %d", i, st.ViewUsers, n)
-					}
-				}
-				t.Logf("%d nodes heard the owner's view through an aggregator; the most users each was told: %v", viewed, told)
-				if viewed < n/2 {
-					t.Errorf("%d of %d nodes heard the owner's view through an aggregator; want at least half", viewed, n)
+				} else {
+					t.Logf("the machine offered only %d of %d requests again (%d users failed over): the users count told (%v) is not asserted",
+						r.offered, r.asked, r.failedOver, r.told)
 				}
 			}
-			withinShare(t, got, offered, asked, want, 0.05) // the lower bound only when the load was offered
+			always(r)
 		})
 	}
+}
+
+// aggHoldRun is what one run of TestOwnerAggregationHoldsTheLimit measured.
+type aggHoldRun struct {
+	got, offered, asked int
+	want                float64 // burst + rate × T over the run
+	told                []toldUsers
+	failedOver          int // users past their first slot's aggregator at the end
+}
+
+// toldUsers is the most users a node was told by its aggregator.
+type toldUsers struct{ node, users int }
+
+func (tu toldUsers) String() string { return fmt.Sprintf("%d:%d", tu.node, tu.users) }
+
+// loadOffered is whether the run's driver offered at least 90% of the
+// load asked (see withinShare).
+func (r aggHoldRun) loadOffered() bool { return float64(r.offered) >= 0.9*float64(r.asked) }
+
+// runAggHold starts a cluster of opts, drives 6 s of saturating load on one
+// key spread evenly over its nodes, waits for the key's aggregation, and
+// returns what was admitted and told; the cluster is closed on return.
+func runAggHold(t *testing.T, opts Options) aggHoldRun {
+	t.Helper()
+	c, err := Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		assertNoneClamped(c, t.Errorf)
+		c.Close()
+	}()
+	n := opts.N
+	const key = "agg-hot-key"
+	engaged := make(chan error, 1)
+	go func() { engaged <- aggEngagedWithin(c, "api", key, 5*time.Second) }()
+	const secs = 6
+	start := time.Now()
+	got, offered := driveOffered(c, "api", key, evenLoad(n, 500), secs*time.Second)
+	elapsed := time.Since(start).Seconds()
+	if err := <-engaged; err != nil {
+		t.Fatal(err)
+	}
+	r := aggHoldRun{got: got, offered: offered, asked: max(1, 500/n) * n * secs, want: 100 + 100*elapsed}
+	owner, _ := c.Node(0).Daemon().Syncer().OwnerOf("api", key)
+	var ost string
+	for i, nd := range c.Nodes() {
+		st := c.Node(i).Daemon().Syncer().AggStats()
+		if nd.Name == owner {
+			ost = fmt.Sprintf("%+v", st)
+		}
+		r.failedOver += st.FailedOver
+		if st.Views > 0 && st.Groups == 0 {
+			r.told = append(r.told, toldUsers{i, st.ViewUsers})
+		}
+	}
+	t.Logf("%d nodes: admitted %d over %.2fs; burst + rate × T = %.0f (%.1f%%); offered %d of %d asked; owner %s %s; %d users failed over",
+		n, got, elapsed, r.want, 100*float64(got)/r.want, offered, r.asked, owner, ost, r.failedOver)
+	if opts.FirstShare {
+		t.Logf("%d nodes heard the owner's view through an aggregator; the most users each was told (node:users): %v", len(r.told), r.told)
+	}
+	return r
 }
 
 // TestOwnerAggregationMixedCluster: a rolling upgrade. With one member of
