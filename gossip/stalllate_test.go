@@ -133,3 +133,60 @@ func runStall(t *testing.T, interval time.Duration, before uint64, stall time.Du
 	b, _ := l.Balance("r", "k")
 	return b
 }
+
+// What the fold may credit beyond an in-time view is bounded: a peer idle
+// through the stall that consumes only at its very end is charged, late,
+// as if it had consumed at the stall's start, so the stalled daemon's view
+// is higher than in time, but by no more than the stall's refill (rate ×
+// stall), and never lower.
+func TestLateChargesCreditAtMostTheStallsRefill(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	tests := []struct {
+		name  string
+		stall time.Duration
+		end   uint64 // tokens the peer consumes in the stall's last interval
+	}{
+		{name: "a burst at the end of a 1 s stall", stall: time.Second, end: 100},
+		{name: "a large burst at the end of a 300 ms stall", stall: 300 * time.Millisecond, end: 150},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := func(stalled bool) float64 {
+				s, _, clk := newBoundSyncer()
+				s.cfg.GossipInterval = interval
+				l := &clockBucketLedger{clk: clk, a: Allowance{Burst: 100, PerSecond: 100}, full: map[string]time.Time{}}
+				s.ledger = l
+				s.watchStalls()
+				s.peers = map[string]memberlist.Node{"a": {Name: "a", DMax: protoStamped}}
+				s.round()
+				clk.add(interval)
+				s.receive(packet(s, "a", true, Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1}))
+				s.round()
+				var last []byte
+				for elapsed := interval; elapsed <= tt.stall; elapsed += interval {
+					clk.add(interval)
+					if elapsed+interval > tt.stall {
+						last = packet(s, "a", true, Counter{Rule: "r", Key: "k", Epoch: 1, Used: 1 + tt.end, Prev: 1})
+						if !stalled {
+							s.receive(last)
+						}
+					}
+					if !stalled {
+						s.round()
+					}
+				}
+				if stalled {
+					s.receive(last)
+				}
+				b, _ := l.Balance("r", "k")
+				return b
+			}
+			inTime, late := run(false), run(true)
+			t.Logf("balance %.1f after the stall, %.1f in time", late, inTime)
+			if credit := late - inTime; credit < -1 || credit > 100*tt.stall.Seconds()+1 {
+				t.Fatalf("balance %.1f after the stall, %.1f in time: credit %.1f, want 0 to %.0f (rate × stall)",
+					late, inTime, credit, 100*tt.stall.Seconds())
+			}
+		})
+	}
+}
