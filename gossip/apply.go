@@ -109,7 +109,7 @@ func (s *Syncer) receive(b []byte) {
 		s.badLog.warn(s.log, s.clock(), "dropped a gossip packet", "bytes", len(b), "error", err)
 		return
 	}
-	s.charge(charges)
+	s.chargeDirect(charges) // stalllate.go
 }
 
 // admitLocked decides whether a counter is applied at all, and returns the

@@ -26,10 +26,12 @@ func retransmits(n int) int { return 3 * int(math.Ceil(math.Log10(float64(n+1)))
 // GossipNodes random members in large ones.
 func (s *Syncer) round() {
 	if s.paused.Load() {
+		s.lateRound(nil) // a paused round is not a stall (stalllate.go)
 		return
 	}
 	var own []Counter
 	s.ledger.Drain(func(c Counter) { own = append(own, c) })
+	s.lateRound(own) // stalllate.go
 
 	s.mu.Lock()
 	others := s.othersLocked()

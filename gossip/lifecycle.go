@@ -186,7 +186,8 @@ func (s *Syncer) startMemberlist() error {
 	addr := ml.LocalNode().Address()
 	s.addr.Store(&addr)
 	s.ml.Store(&membershipRef{ml})
-	nt.open() // only now does memberlist's member list hold this node
+	s.watchStalls() // stalllate.go
+	nt.open()       // only now does memberlist's member list hold this node
 	return nil
 }
 

@@ -42,6 +42,7 @@ func (s *Syncer) Simulate(m Membership, now func() time.Time, seed uint64) (memb
 	s.rnd = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s.born = now()
 	s.ml.Store(&membershipRef{m})
+	s.watchStalls() // stalllate.go
 	return (*delegate)(s), (*events)(s), nil
 }
 

@@ -28,6 +28,10 @@ type Syncer struct {
 	lifeMu sync.Mutex
 	life   lifeState
 
+	// late is this daemon's own stalls and the counters read late after
+	// them (stalllate.go).
+	late lateCharges
+
 	mu      sync.Mutex
 	pending map[pendingKey]*pendingCounter
 	relay   relayShares // relayed entries of pending by origin (relay.go)
