@@ -267,10 +267,12 @@ func TestRulesURLDownAtStartUsesTheCache(t *testing.T) {
 	if d := c.Allow(context.Background(), "other", "k"); d.Status != ipc.StatusUnknownRule {
 		t.Fatalf("the cache's unknown_rule: deny not in force: %+v", d)
 	}
-	log := p.stderr.String()
-	if !strings.Contains(log, "enforcing the cached rules") || !strings.Contains(log, "cache_age=") {
-		t.Fatalf("the log does not say the cache is in use and how old it is:\n%s", log)
-	}
+	// The daemon logged it before serving; the test copies its stderr
+	// through a pipe, so the line may reach the buffer a moment later.
+	eventually(t, "the log says the cache is in use and how old it is", func() bool {
+		log := p.stderr.String()
+		return strings.Contains(log, "enforcing the cached rules") && strings.Contains(log, "cache_age=")
+	})
 	ready := rulesReadyz(t, admin)
 	if ready["rules_cache_in_use"] != cache || ready["rules_cache_age_seconds"] == nil {
 		t.Fatalf("/readyz does not report the cache in use: %v", ready)
