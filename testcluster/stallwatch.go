@@ -1,6 +1,10 @@
 package testcluster
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicelabs/sluice/internal/stallwatch"
+)
 
 // A stall watch: how long this process went unscheduled during a run.
 //
@@ -28,27 +32,6 @@ import "time"
 // round (20 ms in the accuracy tests), so a stall of a few rounds shows.
 const stallTick = 5 * time.Millisecond
 
-// watchStalls starts a goroutine that ticks every stallTick and returns a
-// function that stops it and reports the longest a tick came late: how long,
-// at worst, the process (its gossip, its callers, its daemons) went
-// unscheduled.
-func watchStalls() (stop func() time.Duration) {
-	done := make(chan struct{})
-	worst := make(chan time.Duration, 1)
-	go func() {
-		tick := time.NewTicker(stallTick)
-		defer tick.Stop()
-		last, w := time.Now(), time.Duration(0)
-		for {
-			select {
-			case <-done:
-				worst <- w
-				return
-			case now := <-tick.C:
-				w = max(w, now.Sub(last)-stallTick)
-				last = now
-			}
-		}
-	}()
-	return func() time.Duration { close(done); return <-worst }
-}
+// watchStalls reports, when stopped, how long at worst the process (its
+// gossip, its callers, its daemons) went unscheduled.
+func watchStalls() (stop func() time.Duration) { return stallwatch.Start(stallTick) }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicelabs/sluice/gossip"
+	"github.com/sluicelabs/sluice/internal/stallwatch"
 )
 
 // Issue 20's goal 4 for owner mode, with real processes in network
@@ -229,26 +230,7 @@ func useShareBinary(t *testing.T) {
 // daemons so too, and a decentralised limit then admits on views that
 // old (each node refills its view for that long before it hears the
 // others), which no gossip change can prevent.
-func stallWatch() (stop func() time.Duration) {
-	done := make(chan struct{})
-	worst := make(chan time.Duration, 1)
-	go func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		last, w := time.Now(), time.Duration(0)
-		for {
-			select {
-			case <-done:
-				worst <- w
-				return
-			case now := <-tick.C:
-				w = max(w, now.Sub(last)-10*time.Millisecond)
-				last = now
-			}
-		}
-	}()
-	return func() time.Duration { close(done); return <-worst }
-}
+func stallWatch() (stop func() time.Duration) { return stallwatch.Start(10 * time.Millisecond) }
 
 // skipIfStalled skips the rest of a test during which the test process
 // went unscheduled for more than 250 ms (stallWatch), saying so; the

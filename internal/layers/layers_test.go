@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"internal/routecheck":  {},
 	"internal/msgpackwire": {"github.com/vmihailenco/msgpack/v5/msgpcode"},
 	"internal/localsocket": {},
+	"internal/stallwatch":  {},
 	"daemon/adminapi":      {},
 	// The wire protocol and the settings.
 	"ipc":    {"internal/msgpackwire", "internal/backoff", "internal/localsocket"},
@@ -67,7 +68,7 @@ var allowed = map[string][]string{
 		"github.com/hashicorp/go-hclog", "github.com/prometheus/client_golang"},
 	// The in-process cluster harness: daemons, plus a fault-injecting
 	// memberlist transport it hands the daemon through gossip.Config.
-	"testcluster": {"daemon", "clientlib", "config", "gossip", "bucket",
+	"testcluster": {"daemon", "clientlib", "config", "gossip", "bucket", "internal/stallwatch",
 		"github.com/hashicorp/memberlist", "github.com/hashicorp/go-hclog"},
 	// The simulator: real syncers and stores over a simulated membership
 	// and network on a virtual clock (gossip.Syncer.Simulate).
